@@ -1,0 +1,37 @@
+"""The plugins shipped with topo-scheduler and the registry that names them.
+
+Each module holds one plugin: its NAME, its args parsing, and a factory `new(args, path)`.
+"""
+
+from __future__ import annotations
+
+from plugins import (
+    balanced_allocation,
+    image_locality,
+    node_affinity,
+    node_memory_pressure,
+    node_ports,
+    node_resources_fit,
+    node_unschedulable,
+    taint_toleration,
+)
+from scheduler.config import SchedulerConfiguration, build_frameworks
+from scheduler.framework import Framework, PluginFactory
+
+__all__ = ["REGISTRY", "frameworks_for"]
+
+REGISTRY: dict[str, PluginFactory] = {
+    node_unschedulable.NAME: node_unschedulable.new,
+    taint_toleration.NAME: taint_toleration.new,
+    node_affinity.NAME: node_affinity.new,
+    node_ports.NAME: node_ports.new,
+    node_resources_fit.NAME: node_resources_fit.new,
+    node_memory_pressure.NAME: node_memory_pressure.new,
+    balanced_allocation.NAME: balanced_allocation.new,
+    image_locality.NAME: image_locality.new,
+}
+
+
+def frameworks_for(config: SchedulerConfiguration) -> dict[str, Framework]:
+    """Build every profile of a configuration with the shipped plugins."""
+    return build_frameworks(config, REGISTRY)

@@ -1,0 +1,63 @@
+"""Parsing of plugin args from pluginConfig, with errors that name the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.config import ConfigError
+
+__all__ = ["ResourceSpec", "args_mapping", "resource_specs", "string_list"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    name: str
+    weight: int
+
+
+def args_mapping(raw: Mapping[str, Any] | None, path: str, allowed: set[str]) -> Mapping[str, Any]:
+    """The args as a mapping; unknown fields are errors, as with kube's strict decoding."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: must be a mapping, got {type(raw).__name__}")
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(f'{path}.{key}: unknown field "{key}"')
+    return raw
+
+
+def string_list(raw: Any, path: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise ConfigError(f"{path}: must be a list of strings")
+    return tuple(raw)
+
+
+def resource_specs(
+    raw: Any, path: str, default: tuple[ResourceSpec, ...]
+) -> tuple[ResourceSpec, ...]:
+    """A `resources: [{name, weight}]` list; weights must be 1..100 as in kube."""
+    if raw is None:
+        return default
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: must be a list, got {type(raw).__name__}")
+    specs = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        item_path = f"{path}[{i}]"
+        entry = args_mapping(item, item_path, {"name", "weight"})
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{item_path}.name: must be a non-empty string")
+        if name in seen:
+            raise ConfigError(f'{item_path}.name: Duplicate value: "{name}"')
+        seen.add(name)
+        weight = entry.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise ConfigError(f"{item_path}.weight: must be between 1 and 100, got {weight!r}")
+        specs.append(ResourceSpec(name, weight))
+    return tuple(specs)

@@ -1,0 +1,191 @@
+"""NodeAffinity: `nodeSelector` AND required node affinity filter nodes; preferred terms
+add their weights to a node's score.
+
+Terms are ORed, the requirements inside a term ANDed. A term kube would reject as invalid
+(an unknown operator, `Gt` with a non-integer) matches nothing, and an empty term matches
+nothing. Masks are cached per selector until node labels change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from plugins._args import args_mapping
+from scheduler.framework import (
+    PreFilterResult,
+    ReasonMasks,
+    default_normalize,
+    default_normalize_reference,
+)
+from scheduler.model import (
+    NodeInfo,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodInfo,
+    PreferredTerm,
+)
+from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+
+NAME = "NodeAffinity"
+REASON = "node(s) didn't match Pod's node affinity/selector"
+REASON_CONFLICT = "pod affinity terms conflict"
+_NAME_FIELD = "metadata.name"
+_CACHE_LIMIT = 256
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text, 10)
+    except ValueError:
+        return None
+
+
+def _valid_expression(req: NodeSelectorRequirement) -> bool:
+    if req.operator in ("In", "NotIn"):
+        return len(req.values) > 0
+    if req.operator in ("Exists", "DoesNotExist"):
+        return len(req.values) == 0
+    if req.operator in ("Gt", "Lt"):
+        return len(req.values) == 1 and _int(req.values[0]) is not None
+    return False
+
+
+def _valid_field(req: NodeSelectorRequirement) -> bool:
+    return req.key == _NAME_FIELD and req.operator in ("In", "NotIn") and len(req.values) == 1
+
+
+def _expression_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
+    value = labels.get(req.key)
+    op = req.operator
+    if op == "In":
+        return value is not None and value in req.values
+    if op == "NotIn":
+        return value is None or value not in req.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if value is None:
+        return False
+    have, want = _int(value), _int(req.values[0])
+    if have is None or want is None:
+        return False
+    return have > want if op == "Gt" else have < want
+
+
+def term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
+    """One node selector term against a node; invalid or empty terms match nothing."""
+    if not term.match_expressions and not term.match_fields:
+        return False
+    if not all(_valid_expression(r) for r in term.match_expressions):
+        return False
+    if not all(_valid_field(r) for r in term.match_fields):
+        return False
+    if not all(_expression_matches(r, node.labels) for r in term.match_expressions):
+        return False
+    return all((node.name in r.values) == (r.operator == "In") for r in term.match_fields)
+
+
+def required_matches(pod: PodInfo, node: NodeInfo) -> bool:
+    """nodeSelector AND required node affinity."""
+    if any(node.labels.get(k) != v for k, v in pod.node_selector):
+        return False
+    affinity = pod.required_affinity
+    return affinity is None or any(term_matches(t, node) for t in affinity.terms)
+
+
+def preferred_score(terms: Sequence[PreferredTerm], node: NodeInfo) -> int:
+    return sum(t.weight for t in terms if t.weight != 0 and term_matches(t.preference, node))
+
+
+class NodeAffinity:
+    name = NAME
+
+    def __init__(self) -> None:
+        self._required: dict[object, tuple[int, int, BoolArray]] = {}
+        self._preferred: dict[object, tuple[int, int, IntArray]] = {}
+
+    def pre_filter(self, pod: PodInfo) -> PreFilterResult | None:
+        """Pods pinned to node names by matchFields only look at those nodes."""
+        affinity = pod.required_affinity
+        if affinity is None:
+            return None
+        names: set[str] | None = None
+        for term in affinity.terms:
+            term_names: set[str] | None = None
+            for req in term.match_fields:
+                if req.key == _NAME_FIELD and req.operator == "In":
+                    values = set(req.values)
+                    term_names = values if term_names is None else term_names & values
+            if term_names is None:
+                return None  # this term does not pin names; terms are ORed
+            names = term_names if names is None else names | term_names
+        if names is None:
+            return None
+        if not names:
+            return PreFilterResult(unschedulable=REASON_CONFLICT)
+        return PreFilterResult(node_names=frozenset(names))
+
+    def _mask(self, pod: PodInfo, snapshot: Snapshot) -> BoolArray:
+        key = (pod.node_selector, pod.required_affinity)
+        cached = self._required.get(key)
+        if cached and cached[0] == snapshot.node_generation and cached[1] == snapshot.capacity:
+            return cached[2]
+        mask = np.zeros(snapshot.capacity, np.bool_)
+        for slot in snapshot.live_slots():
+            info = snapshot.nodes[slot]
+            mask[slot] = info is not None and not required_matches(pod, info)
+        if len(self._required) >= _CACHE_LIMIT:
+            self._required.clear()
+        self._required[key] = (snapshot.node_generation, snapshot.capacity, mask)
+        return mask
+
+    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+        if not pod.node_selector and pod.required_affinity is None:
+            return []
+        return [(REASON, self._mask(pod, snapshot))]
+
+    def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
+        return [] if required_matches(pod, node.info) else [REASON]
+
+    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
+        if not pod.preferred_affinity:
+            return None
+        key = pod.preferred_affinity
+        cached = self._preferred.get(key)
+        if cached and cached[0] == snapshot.node_generation and cached[1] == snapshot.capacity:
+            return cached[2]
+        scores = np.zeros(snapshot.capacity, np.int64)
+        for slot in snapshot.live_slots():
+            info = snapshot.nodes[slot]
+            if info is not None:
+                scores[slot] = preferred_score(pod.preferred_affinity, info)
+        if len(self._preferred) >= _CACHE_LIMIT:
+            self._preferred.clear()
+        self._preferred[key] = (snapshot.node_generation, snapshot.capacity, scores)
+        return scores
+
+    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+        return default_normalize(scores, feasible)
+
+    def score_nodes(
+        self, pod: PodInfo, feasible: Sequence[NodeState], all_nodes: Sequence[NodeState]
+    ) -> list[int] | None:
+        if not pod.preferred_affinity:
+            return None
+        return [preferred_score(pod.preferred_affinity, n.info) for n in feasible]
+
+    def normalize_reference(self, scores: list[int]) -> list[int]:
+        return default_normalize_reference(scores)
+
+
+def new(args: Mapping[str, Any] | None, path: str) -> NodeAffinity:
+    args_mapping(args, path, set())
+    return NodeAffinity()
+
+
+__all__ = ["NAME", "REASON", "NodeAffinity", "NodeSelector", "new", "required_matches"]

@@ -1,0 +1,34 @@
+"""NodeMemoryPressure: no BestEffort pod on a node reporting memory pressure.
+
+The kubelet refuses BestEffort pods under memory pressure (and kube's old
+CheckNodeMemoryPressure predicate did the same); every other pod is governed by the
+`node.kubernetes.io/memory-pressure` taint through TaintToleration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from plugins._args import args_mapping
+from scheduler.framework import ReasonMasks
+from scheduler.model import PodInfo
+from scheduler.snapshot import BoolArray, NodeState, Snapshot
+
+NAME = "NodeMemoryPressure"
+REASON = "node(s) had memory pressure"
+
+
+class NodeMemoryPressure:
+    name = NAME
+
+    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+        return [(REASON, snapshot.memory_pressure)] if pod.best_effort else []
+
+    def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
+        return [REASON] if pod.best_effort and node.info.memory_pressure else []
+
+
+def new(args: Mapping[str, Any] | None, path: str) -> NodeMemoryPressure:
+    args_mapping(args, path, set())
+    return NodeMemoryPressure()

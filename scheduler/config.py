@@ -1,0 +1,344 @@
+"""KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1): load, default, validate.
+
+The format is kube-scheduler's, so operators reuse what they know: profiles with a
+schedulerName, plugins enabled/disabled per extension point with weights (``'*'`` disables
+every default at that point), and pluginConfig args. Errors name the field, e.g.
+``profiles[0].plugins.score.enabled[1].weight: must be a non-negative integer``. Plugin args
+are validated by the plugin's own factory when the profile is built (`build_frameworks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from scheduler.framework import (
+    Allocator,
+    FilterPlugin,
+    Framework,
+    Plugin,
+    PreFilterPlugin,
+    Registry,
+    ScorePlugin,
+)
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_FILTERS",
+    "DEFAULT_SCHEDULER_NAME",
+    "DEFAULT_SCORES",
+    "KIND",
+    "ConfigError",
+    "PluginSet",
+    "Profile",
+    "SchedulerConfiguration",
+    "build_frameworks",
+    "default_config",
+    "load_config",
+]
+
+API_VERSION = "kubescheduler.config.k8s.io/v1"
+KIND = "KubeSchedulerConfiguration"
+DEFAULT_SCHEDULER_NAME = "topo-scheduler"
+
+# kube-scheduler's default order for the plugins we share, then ours.
+DEFAULT_FILTERS: tuple[str, ...] = (
+    "NodeUnschedulable",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "NodeMemoryPressure",
+    "GPUTopology",
+)
+DEFAULT_SCORES: tuple[tuple[str, int], ...] = (
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodeResourcesFit", 1),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
+    ("GPUTopology", 5),
+)
+# Extension points kube defines that our plugins serve implicitly (PreFilter runs with its
+# Filter, PreScore with its Score); naming them is accepted and treated like the main point.
+_IMPLICIT_POINTS = {"preFilter": "filter", "preScore": "score"}
+_KNOWN_POINTS = {"multiPoint", "filter", "score", *_IMPLICIT_POINTS}
+_KUBE_ONLY_POINTS = {
+    "queueSort", "reserve", "permit", "preBind", "bind", "postBind", "postFilter",
+    "preEnqueue",
+}  # fmt: skip
+
+
+class ConfigError(ValueError):
+    """An invalid scheduler configuration; the message starts with the field path."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRef:
+    name: str
+    weight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSet:
+    enabled: tuple[PluginRef, ...] = ()
+    disabled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    scheduler_name: str
+    points: Mapping[str, PluginSet] = field(default_factory=dict)
+    plugin_args: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    args_path: Mapping[str, str] = field(default_factory=dict)
+    index: int = 0
+
+    def filters(self) -> list[str]:
+        return [ref.name for ref in _merge(
+            [PluginRef(n) for n in DEFAULT_FILTERS], self.points.get("filter"),
+            self.points.get("multiPoint"),
+        )]  # fmt: skip
+
+    def scores(self) -> list[tuple[str, int]]:
+        merged = _merge(
+            [PluginRef(n, w) for n, w in DEFAULT_SCORES],
+            self.points.get("score"),
+            self.points.get("multiPoint"),
+        )
+        # A weight of zero means the default weight of one, as in kube-scheduler.
+        return [(ref.name, ref.weight or 1) for ref in merged]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfiguration:
+    profiles: tuple[Profile, ...]
+    percentage_of_nodes_to_score: int | None = None
+
+    def profile(self, scheduler_name: str | None) -> Profile | None:
+        """The profile for a pod's schedulerName; None picks the first profile."""
+        if scheduler_name is None:
+            return self.profiles[0]
+        for profile in self.profiles:
+            if profile.scheduler_name == scheduler_name:
+                return profile
+        return None
+
+
+def _merge(
+    defaults: list[PluginRef], custom: PluginSet | None, multi: PluginSet | None
+) -> list[PluginRef]:
+    """kube's mergePluginSet, with multiPoint applied on top of the point's own set.
+
+    Disabling removes a default (``'*'`` all of them); enabling a default re-configures it
+    in place (keeping its position, taking the new weight); other enabled plugins follow.
+    """
+    result = list(defaults)
+    for layer in (multi, custom):
+        if layer is None:
+            continue
+        if "*" in layer.disabled:
+            result = []
+        else:
+            result = [ref for ref in result if ref.name not in layer.disabled]
+        positions = {ref.name: i for i, ref in enumerate(result)}
+        for ref in layer.enabled:
+            if ref.name in positions:
+                result[positions[ref.name]] = ref
+            else:
+                positions[ref.name] = len(result)
+                result.append(ref)
+    return result
+
+
+def default_config() -> SchedulerConfiguration:
+    """One profile, `topo-scheduler`, with the default plugins and weights."""
+    return SchedulerConfiguration(profiles=(Profile(DEFAULT_SCHEDULER_NAME),))
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _expect_mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _expect_list(value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: must be a list, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    for key in data:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            raise ConfigError(f'{where}: unknown field "{key}"')
+
+
+def _plugin_set(raw: Any, path: str) -> PluginSet:
+    data = _expect_mapping(raw, path)
+    _no_unknown(data, {"enabled", "disabled"}, path)
+    enabled = []
+    for i, item in enumerate(_expect_list(data.get("enabled"), f"{path}.enabled")):
+        item_path = f"{path}.enabled[{i}]"
+        entry = _expect_mapping(item, item_path)
+        _no_unknown(entry, {"name", "weight"}, item_path)
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{item_path}.name: must be a non-empty string")
+        if name == "*":
+            raise ConfigError(f"{item_path}.name: '*' can only be used in disabled")
+        weight = entry.get("weight", 0)
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+            raise ConfigError(f"{item_path}.weight: must be a non-negative integer, got {weight!r}")
+        if weight > 100:
+            raise ConfigError(f"{item_path}.weight: must be between 0 and 100, got {weight}")
+        enabled.append(PluginRef(name, weight))
+    names = [ref.name for ref in enabled]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"{path}.enabled[{i}].name: plugin {name!r} is enabled twice")
+    disabled = []
+    for i, item in enumerate(_expect_list(data.get("disabled"), f"{path}.disabled")):
+        item_path = f"{path}.disabled[{i}]"
+        entry = _expect_mapping(item, item_path)
+        _no_unknown(entry, {"name", "weight"}, item_path)
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{item_path}.name: must be a non-empty string")
+        disabled.append(name)
+    return PluginSet(tuple(enabled), tuple(disabled))
+
+
+def _profile(raw: Any, index: int) -> Profile:
+    path = f"profiles[{index}]"
+    data = _expect_mapping(raw, path)
+    _no_unknown(data, {"schedulerName", "plugins", "pluginConfig"}, path)
+    name = data.get("schedulerName", DEFAULT_SCHEDULER_NAME)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{path}.schedulerName: must be a non-empty string")
+    points: dict[str, PluginSet] = {}
+    plugins = _expect_mapping(data.get("plugins"), f"{path}.plugins")
+    for point, value in plugins.items():
+        point_path = f"{path}.plugins.{point}"
+        if point in _KUBE_ONLY_POINTS:
+            raise ConfigError(f"{point_path}: extension point not supported by topo-scheduler")
+        if point not in _KNOWN_POINTS:
+            raise ConfigError(f'{point_path}: unknown field "{point}"')
+        target = _IMPLICIT_POINTS.get(point, point)
+        parsed = _plugin_set(value, point_path)
+        if target in points:  # preFilter next to filter: enabling either enables both
+            prev = points[target]
+            parsed = PluginSet(prev.enabled + parsed.enabled, prev.disabled + parsed.disabled)
+        points[target] = parsed
+    args: dict[str, Mapping[str, Any] | None] = {}
+    args_path: dict[str, str] = {}
+    for i, item in enumerate(_expect_list(data.get("pluginConfig"), f"{path}.pluginConfig")):
+        item_path = f"{path}.pluginConfig[{i}]"
+        entry = _expect_mapping(item, item_path)
+        _no_unknown(entry, {"name", "args"}, item_path)
+        plugin = entry.get("name")
+        if not isinstance(plugin, str) or not plugin:
+            raise ConfigError(f"{item_path}.name: must be a non-empty string")
+        if plugin in args:
+            raise ConfigError(f"{item_path}.name: pluginConfig for {plugin!r} given twice")
+        plugin_args = _expect_mapping(entry.get("args"), f"{item_path}.args")
+        args[plugin] = {k: v for k, v in plugin_args.items() if k not in ("apiVersion", "kind")}
+        args_path[plugin] = f"{item_path}.args"
+    return Profile(name, points, args, args_path, index)
+
+
+def load_config(source: str | Mapping[str, Any], origin: str = "config") -> SchedulerConfiguration:
+    """Parse and validate a KubeSchedulerConfiguration from YAML text or a mapping."""
+    if isinstance(source, str):
+        try:
+            data = yaml.safe_load(source)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{origin}: not valid YAML: {exc}".replace("\n", " ")) from None
+    else:
+        data = source
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{origin}: must be a mapping, got {type(data).__name__}")
+    _no_unknown(
+        data,
+        {"apiVersion", "kind", "profiles", "percentageOfNodesToScore", "leaderElection",
+         "clientConnection", "parallelism", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
+         "extenders", "delayCacheUntilActive"},
+        "",
+    )  # fmt: skip
+    api_version = data.get("apiVersion", API_VERSION)
+    if api_version != API_VERSION:
+        raise ConfigError(f"apiVersion: must be {API_VERSION}, got {api_version!r}")
+    kind = data.get("kind", KIND)
+    if kind != KIND:
+        raise ConfigError(f"kind: must be {KIND}, got {kind!r}")
+    if data.get("extenders"):
+        raise ConfigError("extenders: not supported by topo-scheduler")
+    percentage = data.get("percentageOfNodesToScore")
+    if percentage is not None and (
+        isinstance(percentage, bool)
+        or not isinstance(percentage, int)
+        or not 0 <= percentage <= 100
+    ):
+        raise ConfigError(
+            f"percentageOfNodesToScore: not in valid range [0-100], got {percentage!r}"
+        )
+    raw_profiles = _expect_list(data.get("profiles"), "profiles")
+    profiles = tuple(_profile(p, i) for i, p in enumerate(raw_profiles)) or (
+        Profile(DEFAULT_SCHEDULER_NAME),
+    )
+    names = [p.scheduler_name for p in profiles]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f'profiles[{i}].schedulerName: Duplicate value: "{name}"')
+    return SchedulerConfiguration(profiles, percentage)
+
+
+def build_frameworks(config: SchedulerConfiguration, registry: Registry) -> dict[str, Framework]:
+    """One framework per profile; plugin args are validated here, errors naming the field."""
+    return {p.scheduler_name: _build(p, registry) for p in config.profiles}
+
+
+def _build(profile: Profile, registry: Registry) -> Framework:
+    """Instantiate a profile's plugins once each and wire them to their extension points."""
+    prefix = f"profiles[{profile.index}]"
+    for name, path in profile.args_path.items():
+        if name not in registry:
+            raise ConfigError(f"{path.rsplit('.', 1)[0]}.name: plugin {name!r} is not registered")
+    instances: dict[str, Plugin] = {}
+
+    def get(name: str, point: str) -> Plugin:
+        if name not in instances:
+            factory = registry.get(name)
+            if factory is None:
+                raise ConfigError(f"{prefix}.plugins.{point}: plugin {name!r} is not registered")
+            path = profile.args_path.get(name, f"{prefix}.pluginConfig[{name}].args")
+            instances[name] = factory(profile.plugin_args.get(name), path)
+        return instances[name]
+
+    filters: list[FilterPlugin] = []
+    for name in profile.filters():
+        plugin = get(name, "filter")
+        if not isinstance(plugin, FilterPlugin):
+            raise ConfigError(f"{prefix}.plugins.filter: {name} is not a filter plugin")
+        filters.append(plugin)
+    scores: list[tuple[ScorePlugin, int]] = []
+    for name, weight in profile.scores():
+        plugin = get(name, "score")
+        if not isinstance(plugin, ScorePlugin):
+            raise ConfigError(f"{prefix}.plugins.score: {name} is not a score plugin")
+        scores.append((plugin, weight))
+    pre_filters = [p for p in filters if isinstance(p, PreFilterPlugin)]
+    allocators = [p for p in filters if isinstance(p, Allocator)]
+    return Framework(profile.scheduler_name, filters, scores, pre_filters, allocators)

@@ -1,0 +1,582 @@
+"""Pods and nodes as the scheduler sees them, parsed once from API objects.
+
+`PodInfo.from_object` and `NodeInfo.from_object` take the JSON/YAML mapping of a Pod or
+Node (from a watch, a file or a scenario) and compute everything the plugins need: the
+effective requests exactly as kube does, host ports, images, tolerations, affinity. Every
+error names the object and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from scheduler.quantity import QuantityError, resource_value
+
+__all__ = [
+    "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "HostPort",
+    "ModelError",
+    "NodeInfo",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "PodInfo",
+    "PreferredTerm",
+    "Taint",
+    "Toleration",
+    "normalized_image_name",
+]
+
+# kube's defaults for containers that omit a request, used for scoring only.
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+Resources = dict[str, int]
+
+
+class ModelError(ValueError):
+    """An API object that cannot be understood; the message names the object and field."""
+
+
+# ---------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """kube's ToleratesTaint: effect and key must match when set; Exists ignores value."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        return self.operator == "Exists"
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
+    return any(t.tolerates(taint) for t in tolerations)
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A host port a container binds; empty IP means all addresses, empty protocol TCP."""
+
+    ip: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelector:
+    """Required node affinity: terms are ORed, the requirements inside a term ANDed."""
+
+    terms: tuple[NodeSelectorTerm, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredTerm:
+    weight: int
+    preference: NodeSelectorTerm
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class _Path:
+    """Names the object and field in errors: ``Pod default/web: spec.containers[0]...``."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.prefix = f"{kind} {name}" if name else kind
+
+    def error(self, field_path: str, message: str) -> ModelError:
+        return ModelError(f"{self.prefix}: {field_path}: {message}")
+
+
+def _mapping(value: Any, where: _Path, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise where.error(path, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, where: _Path, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(path, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, where: _Path, path: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise where.error(path, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, where: _Path, path: str, default: int = 0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise where.error(path, f"must be an integer, got {value!r}")
+    return value
+
+
+def _string_map(value: Any, where: _Path, path: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for key, item in _mapping(value, where, path).items():
+        if not isinstance(item, str):
+            raise where.error(f"{path}.{key}", f"must be a string, got {type(item).__name__}")
+        result[str(key)] = item
+    return result
+
+
+def _resources(value: Any, where: _Path, path: str) -> Resources:
+    result: Resources = {}
+    for name, quantity in _mapping(value, where, path).items():
+        try:
+            amount = resource_value(str(name), quantity)
+        except QuantityError as exc:
+            raise where.error(f"{path}.{name}", str(exc)) from None
+        if amount < 0:
+            raise where.error(f"{path}.{name}", "must be greater than or equal to 0")
+        result[str(name)] = amount
+    return result
+
+
+def _timestamp(value: Any, where: _Path, path: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if not isinstance(value, str):
+        raise where.error(path, f"must be an RFC 3339 time, got {value!r}")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise where.error(path, f"must be an RFC 3339 time, got {value!r}") from None
+
+
+def _add(into: Resources, other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _max(into: Resources, other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if amount > into.get(name, 0):
+            into[name] = amount
+
+
+def normalized_image_name(name: str) -> str:
+    """kube's image-name normalization: a name without a tag means ``:latest``."""
+    if name.rfind(":") <= name.rfind("/"):
+        return name + ":latest"
+    return name
+
+
+def _requirement(raw: Any, where: _Path, path: str) -> NodeSelectorRequirement:
+    item = _mapping(raw, where, path)
+    values = _list(item.get("values"), where, f"{path}.values")
+    return NodeSelectorRequirement(
+        key=_str(item.get("key"), where, f"{path}.key"),
+        operator=_str(item.get("operator"), where, f"{path}.operator"),
+        values=tuple(_str(v, where, f"{path}.values[{i}]") for i, v in enumerate(values)),
+    )
+
+
+def _term(raw: Any, where: _Path, path: str) -> NodeSelectorTerm:
+    item = _mapping(raw, where, path)
+    exprs = _list(item.get("matchExpressions"), where, f"{path}.matchExpressions")
+    fields = _list(item.get("matchFields"), where, f"{path}.matchFields")
+    return NodeSelectorTerm(
+        match_expressions=tuple(
+            _requirement(e, where, f"{path}.matchExpressions[{i}]") for i, e in enumerate(exprs)
+        ),
+        match_fields=tuple(
+            _requirement(f, where, f"{path}.matchFields[{i}]") for i, f in enumerate(fields)
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- pods
+
+
+@dataclass(frozen=True, slots=True)
+class _Container:
+    name: str
+    requests: Resources
+    limits: Resources
+    ports: tuple[HostPort, ...]
+    image: str
+    restartable: bool
+
+
+def _container(raw: Any, where: _Path, path: str, init: bool) -> _Container:
+    item = _mapping(raw, where, path)
+    resources = _mapping(item.get("resources"), where, f"{path}.resources")
+    limits = _resources(resources.get("limits"), where, f"{path}.resources.limits")
+    requests = _resources(resources.get("requests"), where, f"{path}.resources.requests")
+    # The API server defaults a missing request to its limit.
+    requests = {**limits, **requests}
+    ports: list[HostPort] = []
+    for i, raw_port in enumerate(_list(item.get("ports"), where, f"{path}.ports")):
+        port = _mapping(raw_port, where, f"{path}.ports[{i}]")
+        host_port = _int(port.get("hostPort"), where, f"{path}.ports[{i}].hostPort")
+        if host_port > 0:
+            ports.append(
+                HostPort(
+                    ip=_str(port.get("hostIP"), where, f"{path}.ports[{i}].hostIP"),
+                    protocol=_str(port.get("protocol"), where, f"{path}.ports[{i}].protocol")
+                    or "TCP",
+                    port=host_port,
+                )
+            )
+    restart = _str(item.get("restartPolicy"), where, f"{path}.restartPolicy")
+    return _Container(
+        name=_str(item.get("name"), where, f"{path}.name"),
+        requests=requests,
+        limits=limits,
+        ports=tuple(ports),
+        image=_str(item.get("image"), where, f"{path}.image"),
+        restartable=init and restart == "Always",
+    )
+
+
+def _pod_requests(
+    containers: list[_Container],
+    init_containers: list[_Container],
+    pod_level: Resources,
+    overhead: Resources,
+    missing_defaults: Mapping[str, int] | None = None,
+) -> Resources:
+    """kube's resourcehelper.PodRequests: sidecars add up, init containers take the max."""
+
+    def requests_of(c: _Container) -> Resources:
+        if missing_defaults is None:
+            return c.requests
+        return {**missing_defaults, **c.requests}
+
+    total: Resources = {}
+    for c in containers:
+        _add(total, requests_of(c))
+    restartable_sum: Resources = {}
+    init_max: Resources = {}
+    for c in init_containers:
+        reqs = requests_of(c)
+        if c.restartable:
+            _add(total, reqs)
+            _add(restartable_sum, reqs)
+            reqs = dict(restartable_sum)
+        else:
+            reqs = dict(reqs)
+            _add(reqs, restartable_sum)
+        _max(init_max, reqs)
+    _max(total, init_max)
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            total[name] = pod_level[name]
+    _add(total, overhead)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A pod parsed for scheduling. Resource amounts are in kube's units (milli-CPU, bytes)."""
+
+    namespace: str
+    name: str
+    uid: str
+    scheduler_name: str
+    node_name: str | None
+    phase: str
+    priority: int
+    requests: Mapping[str, int]
+    non_zero_cpu: int
+    non_zero_memory: int
+    host_ports: tuple[HostPort, ...]
+    images: tuple[str, ...]
+    tolerations: tuple[Toleration, ...]
+    node_selector: tuple[tuple[str, str], ...]
+    required_affinity: NodeSelector | None
+    preferred_affinity: tuple[PreferredTerm, ...]
+    labels: Mapping[str, str] = field(hash=False, compare=False)
+    annotations: Mapping[str, str] = field(hash=False, compare=False)
+    best_effort: bool = False
+    creation_timestamp: float = 0.0
+    deletion_timestamp: float | None = None
+    scheduling_gates: tuple[str, ...] = ()
+    resource_version: str = ""
+    container_count: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded and Failed pods hold no resources on their node."""
+        return self.phase in ("Succeeded", "Failed")
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
+        """Parse a Pod mapping (API JSON or YAML manifest)."""
+        if not isinstance(obj, Mapping):
+            raise ModelError(f"Pod: must be a mapping, got {type(obj).__name__}")
+        kind = obj.get("kind")
+        if kind not in (None, "Pod"):
+            raise ModelError(f"Pod: kind: must be Pod, got {kind!r}")
+        meta = obj.get("metadata")
+        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+        raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        namespace = raw_ns if isinstance(raw_ns, str) and raw_ns else "default"
+        where = _Path("Pod", f"{namespace}/{raw_name}" if isinstance(raw_name, str) else "")
+        meta = _mapping(meta, where, "metadata")
+        name = _str(meta.get("name"), where, "metadata.name")
+        if not name:
+            raise where.error("metadata.name", "is required")
+        spec = _mapping(obj.get("spec"), where, "spec")
+        status = _mapping(obj.get("status"), where, "status")
+
+        containers = [
+            _container(c, where, f"spec.containers[{i}]", init=False)
+            for i, c in enumerate(_list(spec.get("containers"), where, "spec.containers"))
+        ]
+        init_containers = [
+            _container(c, where, f"spec.initContainers[{i}]", init=True)
+            for i, c in enumerate(_list(spec.get("initContainers"), where, "spec.initContainers"))
+        ]
+        pod_resources = _mapping(spec.get("resources"), where, "spec.resources")
+        pod_limits = _resources(pod_resources.get("limits"), where, "spec.resources.limits")
+        pod_level = {
+            **pod_limits,
+            **_resources(pod_resources.get("requests"), where, "spec.resources.requests"),
+        }
+        overhead = _resources(spec.get("overhead"), where, "spec.overhead")
+        requests = _pod_requests(containers, init_containers, pod_level, overhead)
+        non_zero = _pod_requests(
+            containers,
+            init_containers,
+            pod_level,
+            overhead,
+            missing_defaults={
+                "cpu": DEFAULT_MILLI_CPU_REQUEST,
+                "memory": DEFAULT_MEMORY_REQUEST,
+            },
+        )
+        everything = [*init_containers, *containers]
+        best_effort = not pod_level and not any(
+            name in ("cpu", "memory") for c in everything for name in (*c.requests, *c.limits)
+        )
+        host_ports = tuple(
+            p
+            for c in [*(c for c in init_containers if c.restartable), *containers]
+            for p in c.ports
+        )
+
+        tolerations = []
+        for i, raw in enumerate(_list(spec.get("tolerations"), where, "spec.tolerations")):
+            item = _mapping(raw, where, f"spec.tolerations[{i}]")
+            tolerations.append(
+                Toleration(
+                    key=_str(item.get("key"), where, f"spec.tolerations[{i}].key"),
+                    operator=_str(item.get("operator"), where, f"spec.tolerations[{i}].operator"),
+                    value=_str(item.get("value"), where, f"spec.tolerations[{i}].value"),
+                    effect=_str(item.get("effect"), where, f"spec.tolerations[{i}].effect"),
+                )
+            )
+
+        affinity = _mapping(spec.get("affinity"), where, "spec.affinity")
+        node_affinity = _mapping(affinity.get("nodeAffinity"), where, "spec.affinity.nodeAffinity")
+        base = "spec.affinity.nodeAffinity"
+        required_raw = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        required: NodeSelector | None = None
+        if required_raw is not None:
+            rpath = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
+            req = _mapping(required_raw, where, rpath)
+            terms = _list(req.get("nodeSelectorTerms"), where, f"{rpath}.nodeSelectorTerms")
+            required = NodeSelector(
+                tuple(
+                    _term(t, where, f"{rpath}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms)
+                )
+            )
+        preferred = []
+        ppath = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
+        for i, raw in enumerate(
+            _list(
+                node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), where, ppath
+            )
+        ):
+            item = _mapping(raw, where, f"{ppath}[{i}]")
+            preferred.append(
+                PreferredTerm(
+                    weight=_int(item.get("weight"), where, f"{ppath}[{i}].weight"),
+                    preference=_term(item.get("preference"), where, f"{ppath}[{i}].preference"),
+                )
+            )
+
+        gates = tuple(
+            _str(
+                _mapping(g, where, f"spec.schedulingGates[{i}]").get("name"),
+                where,
+                f"spec.schedulingGates[{i}].name",
+            )
+            for i, g in enumerate(_list(spec.get("schedulingGates"), where, "spec.schedulingGates"))
+        )
+        node_name = _str(spec.get("nodeName"), where, "spec.nodeName") or None
+        return cls(
+            namespace=namespace,
+            name=name,
+            uid=_str(meta.get("uid"), where, "metadata.uid"),
+            scheduler_name=_str(spec.get("schedulerName"), where, "spec.schedulerName")
+            or "default-scheduler",
+            node_name=node_name,
+            phase=_str(status.get("phase"), where, "status.phase"),
+            priority=_int(spec.get("priority"), where, "spec.priority"),
+            requests=requests,
+            non_zero_cpu=non_zero.get("cpu", 0),
+            non_zero_memory=non_zero.get("memory", 0),
+            host_ports=host_ports,
+            images=tuple(normalized_image_name(c.image) for c in everything if c.image),
+            tolerations=tuple(tolerations),
+            node_selector=tuple(
+                sorted(_string_map(spec.get("nodeSelector"), where, "spec.nodeSelector").items())
+            ),
+            required_affinity=required,
+            preferred_affinity=tuple(preferred),
+            labels=_string_map(meta.get("labels"), where, "metadata.labels"),
+            annotations=_string_map(meta.get("annotations"), where, "metadata.annotations"),
+            best_effort=best_effort,
+            creation_timestamp=_timestamp(
+                meta.get("creationTimestamp"), where, "metadata.creationTimestamp"
+            )
+            or 0.0,
+            deletion_timestamp=_timestamp(
+                meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp"
+            ),
+            scheduling_gates=gates,
+            resource_version=str(meta.get("resourceVersion") or ""),
+            container_count=len(everything),
+        )
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node's declared state: what it offers and its constraints (not its usage)."""
+
+    name: str
+    labels: Mapping[str, str] = field(hash=False)
+    annotations: Mapping[str, str] = field(hash=False, compare=False)
+    allocatable: Mapping[str, int] = field(hash=False)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    memory_pressure: bool = False
+    images: Mapping[str, int] = field(default_factory=dict, hash=False)
+    resource_version: str = ""
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
+        """Parse a Node mapping (API JSON or YAML)."""
+        if not isinstance(obj, Mapping):
+            raise ModelError(f"Node: must be a mapping, got {type(obj).__name__}")
+        meta = obj.get("metadata")
+        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+        where = _Path("Node", raw_name if isinstance(raw_name, str) else "")
+        meta = _mapping(meta, where, "metadata")
+        name = _str(meta.get("name"), where, "metadata.name")
+        if not name:
+            raise where.error("metadata.name", "is required")
+        spec = _mapping(obj.get("spec"), where, "spec")
+        status = _mapping(obj.get("status"), where, "status")
+        allocatable_raw = status.get("allocatable")
+        if allocatable_raw is None:
+            allocatable_raw = status.get("capacity")
+            path = "status.capacity"
+        else:
+            path = "status.allocatable"
+        allocatable = _resources(allocatable_raw, where, path)
+
+        taints = []
+        for i, raw in enumerate(_list(spec.get("taints"), where, "spec.taints")):
+            item = _mapping(raw, where, f"spec.taints[{i}]")
+            effect = _str(item.get("effect"), where, f"spec.taints[{i}].effect")
+            if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise where.error(
+                    f"spec.taints[{i}].effect",
+                    f'Unsupported value: "{effect}": supported values: '
+                    '"NoExecute", "NoSchedule", "PreferNoSchedule"',
+                )
+            taints.append(
+                Taint(
+                    key=_str(item.get("key"), where, f"spec.taints[{i}].key"),
+                    value=_str(item.get("value"), where, f"spec.taints[{i}].value"),
+                    effect=effect,
+                )
+            )
+
+        memory_pressure = False
+        for i, raw in enumerate(_list(status.get("conditions"), where, "status.conditions")):
+            cond = _mapping(raw, where, f"status.conditions[{i}]")
+            if cond.get("type") == "MemoryPressure":
+                memory_pressure = cond.get("status") == "True"
+
+        images: dict[str, int] = {}
+        for i, raw in enumerate(_list(status.get("images"), where, "status.images")):
+            image = _mapping(raw, where, f"status.images[{i}]")
+            size = _int(image.get("sizeBytes"), where, f"status.images[{i}].sizeBytes")
+            for j, image_name in enumerate(
+                _list(image.get("names"), where, f"status.images[{i}].names")
+            ):
+                images[
+                    normalized_image_name(_str(image_name, where, f"status.images[{i}].names[{j}]"))
+                ] = size
+
+        unschedulable = spec.get("unschedulable", False)
+        if not isinstance(unschedulable, bool):
+            raise where.error("spec.unschedulable", f"must be a boolean, got {unschedulable!r}")
+        return cls(
+            name=name,
+            labels=_string_map(meta.get("labels"), where, "metadata.labels"),
+            annotations=_string_map(meta.get("annotations"), where, "metadata.annotations"),
+            allocatable=allocatable,
+            taints=tuple(taints),
+            unschedulable=unschedulable,
+            memory_pressure=memory_pressure,
+            images=images,
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
