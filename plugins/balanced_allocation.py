@@ -60,9 +60,12 @@ class BalancedAllocation:
         valid = []
         for allocatable, requested, _ in inputs:
             present = allocatable != 0
-            safe = np.where(present, allocatable, 1).astype(np.float64)
-            fractions.append(np.minimum(requested.astype(np.float64) / safe, 1.0))
+            fractions.append(np.minimum(requested / np.maximum(allocatable, 1), 1.0))
             valid.append(present)
+        if len(inputs) == 2 and not any(np.any(feasible & ~ok) for ok in valid):
+            # The common case: cpu and memory present on every feasible node.
+            std2 = np.abs((fractions[0] - fractions[1]) / 2)
+            return ((1 - std2) * MAX_NODE_SCORE).astype(np.int64)
         frac = np.vstack(fractions)
         ok = np.vstack(valid)
         count = ok.sum(axis=0)

@@ -35,17 +35,14 @@ class ImageLocality:
     name = NAME
 
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
-        sums = np.zeros(snapshot.capacity, np.int64)
+        scores = np.zeros(snapshot.capacity, np.int64)
+        held = [h for h in map(snapshot.image_holders, pod.images) if h is not None]
+        if not held:
+            return scores  # no node has any of the images: every score is 0
         total = snapshot.live_count
-        for image in pod.images:
-            holders = snapshot.image_index.get(image)
-            if not holders:
-                continue
-            slots = np.fromiter(holders.keys(), np.int64, len(holders))
-            sizes = np.fromiter(holders.values(), np.int64, len(holders))
-            spread = len(holders) / total
-            np.add.at(sums, slots, (sizes.astype(np.float64) * spread).astype(np.int64))
-        return _priority(sums, pod.container_count)
+        for slots, sizes in held:
+            np.add.at(scores, slots, (sizes * (len(slots) / total)).astype(np.int64))
+        return _priority(scores, pod.container_count)
 
     def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
         return scores

@@ -16,6 +16,7 @@ import numpy as np
 
 from plugins._args import ResourceSpec, args_mapping, resource_specs, string_list
 from plugins._resources import (
+    floor_div,
     go_div,
     is_extended,
     is_scalar,
@@ -118,14 +119,13 @@ def checked_requests(pod: PodInfo, args: FitArgs) -> list[tuple[str, int]]:
 
 
 def _least(requested: IntArray, allocatable: IntArray) -> IntArray:
-    safe = np.where(allocatable == 0, 1, allocatable)
-    score = (allocatable - requested) * MAX_NODE_SCORE // safe
-    return np.where(requested > allocatable, 0, score)
+    """((allocatable - requested) x 100) / allocatable, 0 when over; allocatable > 0."""
+    return floor_div(np.maximum(allocatable - requested, 0) * MAX_NODE_SCORE, allocatable)
 
 
 def _most(requested: IntArray, allocatable: IntArray) -> IntArray:
-    safe = np.where(allocatable == 0, 1, allocatable)
-    return np.minimum(requested, allocatable) * MAX_NODE_SCORE // safe
+    """(requested x 100) / allocatable, requested capped at allocatable; allocatable > 0."""
+    return floor_div(np.minimum(requested, allocatable) * MAX_NODE_SCORE, allocatable)
 
 
 def _broken_linear(shape: Sequence[ShapePoint], p: IntArray) -> IntArray:
@@ -190,33 +190,47 @@ class NodeResourcesFit:
     # ------------------------------------------------------------------ score
 
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
+        rows = vector_inputs(pod, snapshot, self.args.resources, use_requested=False)
         node_score = np.zeros(snapshot.capacity, np.int64)
-        weight_sum = np.zeros(snapshot.capacity, np.int64)
+        if not rows:
+            return node_score
+        # Nodes without a resource skip it (and its weight); when every feasible node has
+        # every resource, the weight sum is one number and the arithmetic stays simple.
+        uniform = not any(np.any(feasible & (allocatable == 0)) for allocatable, _, _ in rows)
+        weight_sum: IntArray | int = 0
         strategy = self.args.strategy
-        for allocatable, requested, weight in vector_inputs(
-            pod, snapshot, self.args.resources, use_requested=False
-        ):
+        for allocatable, requested, weight in rows:
             present = allocatable != 0
+            safe = np.maximum(allocatable, 1)
             if strategy == REQUESTED_TO_CAPACITY_RATIO:
-                safe = np.where(present, allocatable, 1)
-                over = ~present | (requested > allocatable)
-                utilization = np.where(over, _MAX_UTILIZATION,
-                                       requested * _MAX_UTILIZATION // safe)  # fmt: skip
+                utilization = np.where(
+                    requested > allocatable,
+                    _MAX_UTILIZATION,
+                    floor_div(requested * _MAX_UTILIZATION, safe),
+                )
                 value = _broken_linear(self.args.shape, utilization)
-                present &= value > 0
-            elif strategy == MOST_ALLOCATED:
-                value = _most(requested, allocatable)
+                counted = present & (value > 0)
+                node_score += np.where(counted, value * weight, 0)
+                weight_sum = weight_sum + np.where(counted, weight, 0)
+                continue
+            value = (
+                _most(requested, safe) if strategy == MOST_ALLOCATED else _least(requested, safe)
+            )
+            if uniform:
+                node_score += value * weight
+                weight_sum = weight_sum + weight
             else:
-                value = _least(requested, allocatable)
-            node_score += np.where(present, value * weight, 0)
-            weight_sum += np.where(present, weight, 0)
-        safe_sum = np.where(weight_sum == 0, 1, weight_sum)
+                node_score += np.where(present, value * weight, 0)
+                weight_sum = weight_sum + np.where(present, weight, 0)
         if strategy == REQUESTED_TO_CAPACITY_RATIO:
-            ratio = node_score / safe_sum
+            total = np.asarray(weight_sum)
+            ratio = node_score / np.maximum(total, 1)
             whole = np.floor(ratio)
             rounded = (whole + (ratio - whole >= 0.5)).astype(np.int64)
-            return np.where(weight_sum == 0, 0, rounded)
-        return np.where(weight_sum == 0, 0, node_score // safe_sum)
+            return np.where(total == 0, 0, rounded)
+        if isinstance(weight_sum, int):
+            return node_score // weight_sum
+        return np.where(weight_sum == 0, 0, node_score // np.maximum(weight_sum, 1))
 
     def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
         return scores

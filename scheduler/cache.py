@@ -13,8 +13,12 @@ from dataclasses import dataclass
 
 from scheduler.model import NodeInfo, PodInfo
 from scheduler.snapshot import Snapshot
+from scheduler.topology.schema import ANNOTATION_GPUS, TopologyError, parse_gpu_indices
+from scheduler.topology.select import GpuSelector
 
-__all__ = ["Cache", "GPUResolver"]
+__all__ = ["GPU_RESOURCE", "Cache", "GPUAccounting", "GPUResolver"]
+
+GPU_RESOURCE = "nvidia.com/gpu"
 
 GPUResolver = Callable[
     [Snapshot, int, PodInfo, "tuple[int, ...] | None", bool], "tuple[int, ...] | None"
@@ -25,12 +29,55 @@ With may-guess False it answers only from records (kubelet assignments, the pod'
 annotation, our own choice); with True it also guesses as the device plugin would."""
 
 
+class GPUAccounting:
+    """Which GPUs a bound pod holds, from the best source there is.
+
+    The kubelet's actual assignment (published by the agent on the node) wins; then the set
+    recorded on the pod by the scheduler; then the set we chose for a pod we bound. A GPU
+    pod known to none of them (another scheduler's, before the agent reported) is taken to
+    hold what NVIDIA's device plugin would have given it from the GPUs still free.
+    """
+
+    def __init__(self, resource: str = GPU_RESOURCE, selector: GpuSelector | None = None) -> None:
+        self.resource = resource
+        self.selector = selector or GpuSelector()
+
+    def __call__(
+        self,
+        snapshot: Snapshot,
+        slot: int,
+        pod: PodInfo,
+        chosen: tuple[int, ...] | None,
+        may_guess: bool,
+    ) -> tuple[int, ...] | None:
+        count = pod.requests.get(self.resource, 0)
+        if count <= 0:
+            return None
+        reported = snapshot.gpu_assignments[slot].get(pod.uid)
+        if reported is not None:
+            return reported
+        recorded = pod.annotations.get(ANNOTATION_GPUS)
+        if recorded is not None:
+            try:
+                return parse_gpu_indices(recorded, pod=pod.key)
+            except TopologyError:
+                pass  # an unreadable record is no record: fall through
+        if chosen:
+            return chosen
+        topology = snapshot.gpu_topology[slot]
+        if not may_guess or topology is None:
+            return None
+        free = topology.allocatable_mask & ~int(snapshot.gpu_used[slot])
+        return self.selector.device_plugin_set(topology, free, count) or None
+
+
 @dataclass(slots=True)
 class _Entry:
     pod: PodInfo
     slot: int
     assumed: bool
-    gpus: tuple[int, ...] | None
+    chosen: tuple[int, ...] | None = None  # the GPU set we chose, when we placed it
+    gpus: tuple[int, ...] | None = None  # the GPU set it holds, as resolved
 
 
 class Cache:
@@ -39,13 +86,14 @@ class Cache:
     def __init__(self, gpu_resolver: GPUResolver | None = None) -> None:
         self.snapshot = Snapshot()
         self._pods: dict[str, _Entry] = {}
-        self._gpu_resolver = gpu_resolver
+        self._gpu_resolver = gpu_resolver if gpu_resolver is not None else GPUAccounting()
 
     # ------------------------------------------------------------------ nodes
 
     def add_node(self, node: NodeInfo) -> None:
         slot = self.snapshot.set_node(node)
-        self._resolve_gpus(slot)
+        if self.snapshot.gpu_sets[slot] or self._holds_gpus(slot):
+            self._resolve_gpus(slot)
 
     update_node = add_node
 
@@ -75,24 +123,28 @@ class Cache:
         return self.snapshot.names[entry.slot] if entry else None
 
     def add_pod(self, pod: PodInfo) -> None:
-        """A pod as the API reports it: accounted if bound and not terminal, else dropped."""
+        """A pod as the API reports it: accounted if bound and not terminal, else dropped.
+
+        An assumed pod the API still shows unbound keeps its assumption (the binding is in
+        flight); one reported bound is confirmed, on the node the API says.
+        """
         old = self._pods.get(pod.key)
+        if old is not None and old.pod.uid and pod.uid and old.pod.uid != pod.uid:
+            self._remove(pod.key)  # a new pod under the same name
+            old = None
         if pod.node_name is None or pod.terminal:
-            if old is not None and not old.assumed:
+            if old is not None and not (old.assumed and pod.node_name is None):
                 self._remove(pod.key)
             return
-        gpus = None
-        if old is not None:
-            if old.pod.uid and pod.uid and old.pod.uid != pod.uid:
-                old = None  # a new pod under the same name
-            elif self.snapshot.names[old.slot] == pod.node_name:
-                gpus = old.gpus
+        chosen = None
+        if old is not None and self.snapshot.names[old.slot] == pod.node_name:
+            chosen = old.chosen
         self._remove(pod.key)
         slot = self.snapshot.ensure_slot(pod.node_name)
         self.snapshot.add_pod(slot, pod)
-        entry = _Entry(pod, slot, assumed=False, gpus=gpus)
-        self._pods[pod.key] = entry
-        self._resolve_gpus(slot)
+        self._pods[pod.key] = _Entry(pod, slot, assumed=False, chosen=chosen)
+        if self._requests_gpus(pod) or (old is not None and old.gpus):
+            self._resolve_gpus(slot)
 
     update_pod = add_pod
 
@@ -103,13 +155,16 @@ class Cache:
         entry = self._pods.pop(key, None)
         if entry is not None:
             self.snapshot.remove_pod(entry.slot, entry.pod)
+            if entry.gpus and self.snapshot.nodes[entry.slot] is not None:
+                self._resolve_gpus(entry.slot)  # a guessed set may now fit elsewhere
 
     def assume(self, pod: PodInfo, node_name: str, gpus: tuple[int, ...] = ()) -> None:
         """Account a pod on the node just chosen for it, before the binding lands."""
         self._remove(pod.key)
         slot = self.snapshot.ensure_slot(node_name)
         self.snapshot.add_pod(slot, pod)
-        self._pods[pod.key] = _Entry(pod, slot, assumed=True, gpus=gpus or None)
+        entry = _Entry(pod, slot, assumed=True, chosen=gpus or None, gpus=gpus or None)
+        self._pods[pod.key] = entry
         if gpus:
             self.snapshot.set_gpus(slot, pod.key, gpus)
 
@@ -131,25 +186,27 @@ class Cache:
         entry = self._pods.get(key)
         return entry.gpus if entry else None
 
+    def _requests_gpus(self, pod: PodInfo) -> bool:
+        resource = getattr(self._gpu_resolver, "resource", GPU_RESOURCE)
+        return pod.requests.get(resource, 0) > 0
+
+    def _holds_gpus(self, slot: int) -> bool:
+        return any(self._requests_gpus(p) for p in self.snapshot.pods[slot].values())
+
     def _resolve_gpus(self, slot: int) -> None:
         """Recompute which GPUs each pod on a slot holds (after a pod or node change).
 
-        Two passes: first every pod whose set is known (recorded by the kubelet, by us, or
-        assumed), then the unknown ones guessed over what is left, oldest first.
+        Two passes: first every pod whose set is on record, then the unknown ones guessed
+        over what is left, oldest first.
         """
-        if self._gpu_resolver is None:
-            return
-        keys = sorted(
-            self.snapshot.pods[slot], key=lambda k: (self._pods[k].pod.creation_timestamp, k)
-        )
+        pods = self.snapshot.pods[slot]
+        keys = sorted(pods, key=lambda k: (pods[k].creation_timestamp, k))
         for key in keys:
             self.snapshot.set_gpus(slot, key, None)
         unknown = []
         for key in keys:
             entry = self._pods[key]
-            gpus = self._gpu_resolver(
-                self.snapshot, slot, entry.pod, entry.gpus if entry.assumed else None, False
-            )
+            gpus = self._gpu_resolver(self.snapshot, slot, entry.pod, entry.chosen, False)
             if gpus is None:
                 unknown.append(entry)
             else:

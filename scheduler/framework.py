@@ -125,7 +125,7 @@ Registry = Mapping[str, PluginFactory]
 
 def default_normalize(scores: IntArray, feasible: BoolArray, reverse: bool = False) -> IntArray:
     """kube's DefaultNormalizeScore: scale to 0..100 by the max, optionally reversed."""
-    top = int(scores[feasible].max()) if feasible.any() else 0
+    top = int(np.max(scores, where=feasible, initial=0)) if scores.any() else 0
     if top == 0:
         return np.full_like(scores, MAX_NODE_SCORE if reverse else 0) if reverse else scores
     scaled = MAX_NODE_SCORE * scores // top
@@ -409,4 +409,4 @@ def pick_node(snapshot: Snapshot, feasible: BoolArray, totals: IntArray) -> int 
     winners = candidates[best == best.max()]
     if len(winners) == 1:
         return int(winners[0])
-    return int(min(winners, key=lambda s: snapshot.names[int(s)] or ""))
+    return int(winners[np.argmin(snapshot.name_rank()[winners])])

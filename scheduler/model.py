@@ -397,8 +397,11 @@ class PodInfo:
             },
         )
         everything = [*init_containers, *containers]
-        best_effort = not pod_level and not any(
-            name in ("cpu", "memory") for c in everything for name in (*c.requests, *c.limits)
+        # QoS BestEffort: no CPU or memory request or limit anywhere in the pod.
+        best_effort = not any(
+            name in ("cpu", "memory")
+            for names in (pod_level, *(c.requests for c in everything))
+            for name in names
         )
         host_ports = tuple(
             p

@@ -19,6 +19,14 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.model import HostPort, NodeInfo, PodInfo
+from scheduler.topology.schema import (
+    ANNOTATION_ASSIGNMENTS,
+    ANNOTATION_TOPOLOGY,
+    Topology,
+    TopologyError,
+    parse_assignments,
+    parse_topology,
+)
 
 __all__ = ["BASE_RESOURCES", "BoolArray", "IntArray", "NodeState", "Snapshot"]
 
@@ -47,34 +55,76 @@ class Snapshot:
     """Node state in columns. Read by plugins; written only by the cache."""
 
     def __init__(self) -> None:
-        self.capacity = _INITIAL_CAPACITY
+        # Columns are views of the first `capacity` slots of larger buffers, so plugins
+        # compute over exactly the slots in use while growth stays amortized.
+        self.capacity = 0
         self.resources: list[str] = list(BASE_RESOURCES)
         self.row: dict[str, int] = {name: i for i, name in enumerate(self.resources)}
-        self.allocatable: IntArray = np.zeros((len(self.resources), self.capacity), np.int64)
-        self.requested: IntArray = np.zeros_like(self.allocatable)
-        self.non_zero_cpu: IntArray = np.zeros(self.capacity, np.int64)
-        self.non_zero_memory: IntArray = np.zeros(self.capacity, np.int64)
-        self.pod_count: IntArray = np.zeros(self.capacity, np.int64)
-        self.live: BoolArray = np.zeros(self.capacity, np.bool_)
-        self.unschedulable: BoolArray = np.zeros(self.capacity, np.bool_)
-        self.memory_pressure: BoolArray = np.zeros(self.capacity, np.bool_)
-        # GPUs: a bitmask of the GPU indices held by pods, per slot.
-        self.gpu_used: IntArray = np.zeros(self.capacity, np.int64)
-        self.nodes: list[NodeInfo | None] = [None] * self.capacity
-        self.names: list[str | None] = [None] * self.capacity
+        self._buffers: dict[str, npt.NDArray[np.generic]] = {}
+        self._allocate_buffers(_INITIAL_CAPACITY)
+        # Per-slot Python objects: declared node, name, pods, GPU sets and host ports.
+        # GPUs: the parsed topology (None when absent or invalid, the problem kept for
+        # `explain`) and the kubelet's actual assignments (pod UID -> indices).
+        self.gpu_topology: list[Topology | None] = []
+        self.gpu_problem: list[str | None] = []
+        self.gpu_assignments: list[dict[str, tuple[int, ...]]] = []
+        self.topologies: list[Topology] = []
+        self._topology_ids: dict[str, int] = {}
+        self.nodes: list[NodeInfo | None] = []
+        self.names: list[str | None] = []
         self.index: dict[str, int] = {}
-        self.pods: list[dict[str, PodInfo]] = [{} for _ in range(self.capacity)]
-        self.gpu_sets: list[dict[str, tuple[int, ...]]] = [{} for _ in range(self.capacity)]
-        self.ports: list[Counter[HostPort]] = [Counter() for _ in range(self.capacity)]
+        self.pods: list[dict[str, PodInfo]] = []
+        self.gpu_sets: list[dict[str, tuple[int, ...]]] = []
+        self.ports: list[Counter[HostPort]] = []
         # (protocol, port) -> slot -> Counter of host IPs using it; only slots that use it.
         self.port_index: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         # normalized image name -> slot -> size in bytes.
         self.image_index: dict[str, dict[int, int]] = {}
+        self._image_arrays: dict[str, tuple[IntArray, IntArray]] = {}
         self.tainted: set[int] = set()
-        self._free: list[int] = list(range(self.capacity - 1, -1, -1))
+        self._free: list[int] = []
         # Bumped when labels/taints/node set change, so plugins can cache per generation.
         self.node_generation = 0
         self.live_count = 0
+        self._name_rank: IntArray | None = None
+
+    def _allocate_buffers(self, size: int) -> None:
+        rows = len(self.resources)
+        old = self._buffers
+        fresh: dict[str, npt.NDArray[np.generic]] = {
+            "allocatable": np.zeros((rows, size), np.int64),
+            "requested": np.zeros((rows, size), np.int64),
+            "non_zero_cpu": np.zeros(size, np.int64),
+            "non_zero_memory": np.zeros(size, np.int64),
+            "pod_count": np.zeros(size, np.int64),
+            "live": np.zeros(size, np.bool_),
+            "unschedulable": np.zeros(size, np.bool_),
+            "memory_pressure": np.zeros(size, np.bool_),
+            "gpu_used": np.zeros(size, np.int64),  # bitmask of GPU indices held by pods
+            "gpu_topology_id": np.full(size, -1, np.int64),
+        }
+        for key, buffer in old.items():
+            target = fresh[key]
+            if buffer.ndim == 2:
+                target[: buffer.shape[0], : buffer.shape[1]] = buffer
+            else:
+                target[: buffer.shape[0]] = buffer
+        self._buffers = fresh
+        self._refresh_views()
+
+    def _refresh_views(self) -> None:
+        n = self.capacity
+        b = self._buffers
+        self.allocatable: IntArray = b["allocatable"][:, :n]  # type: ignore[assignment]
+        self.requested: IntArray = b["requested"][:, :n]  # type: ignore[assignment]
+        self.non_zero_cpu: IntArray = b["non_zero_cpu"][:n]  # type: ignore[assignment]
+        self.non_zero_memory: IntArray = b["non_zero_memory"][:n]  # type: ignore[assignment]
+        self.pod_count: IntArray = b["pod_count"][:n]  # type: ignore[assignment]
+        self.live: BoolArray = b["live"][:n]  # type: ignore[assignment]
+        self.unschedulable: BoolArray = b["unschedulable"][:n]  # type: ignore[assignment]
+        self.memory_pressure: BoolArray = b["memory_pressure"][:n]  # type: ignore[assignment]
+        self.gpu_used: IntArray = b["gpu_used"][:n]  # type: ignore[assignment]
+        self.gpu_topology_id: IntArray = b["gpu_topology_id"][:n]  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ reading
 
@@ -84,6 +134,30 @@ class Snapshot:
     def live_slots(self) -> Iterator[int]:
         return (int(i) for i in np.flatnonzero(self.live))
 
+    def name_rank(self) -> IntArray:
+        """Each slot's position in node-name order (for deterministic tie-breaks)."""
+        if self._name_rank is None:
+            rank = np.full(self.capacity, np.iinfo(np.int64).max, np.int64)
+            named = sorted((n, i) for i, n in enumerate(self.names) if n is not None)
+            for position, (_, slot) in enumerate(named):
+                rank[slot] = position
+            self._name_rank = rank
+        return self._name_rank
+
+    def image_holders(self, image: str) -> tuple[IntArray, IntArray] | None:
+        """Slots holding an image and its size on each, as arrays (cached per image)."""
+        arrays = self._image_arrays.get(image)
+        if arrays is None:
+            holders = self.image_index.get(image)
+            if not holders:
+                return None
+            arrays = (
+                np.fromiter(holders.keys(), np.int64, len(holders)),
+                np.fromiter(holders.values(), np.int64, len(holders)),
+            )
+            self._image_arrays[image] = arrays
+        return arrays
+
     def resource_row(self, name: str) -> int:
         """The row of a resource, created (all zeros) on first use."""
         row = self.row.get(name)
@@ -91,9 +165,7 @@ class Snapshot:
             row = len(self.resources)
             self.resources.append(name)
             self.row[name] = row
-            zeros = np.zeros((1, self.capacity), np.int64)
-            self.allocatable = np.vstack([self.allocatable, zeros])
-            self.requested = np.vstack([self.requested, zeros])
+            self._allocate_buffers(self._buffers["live"].shape[0])
         return row
 
     def node_state(self, slot: int) -> NodeState:
@@ -103,44 +175,32 @@ class Snapshot:
 
     # ------------------------------------------------------------------ writing (cache only)
 
-    def _grow(self) -> None:
-        old = self.capacity
-        new = old * 2
-        self.capacity = new
-
-        def grow(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
-            shape = (*a.shape[:-1], new)
-            out = np.zeros(shape, a.dtype)
-            out[..., :old] = a
-            return out
-
-        self.allocatable = grow(self.allocatable)  # type: ignore[assignment]
-        self.requested = grow(self.requested)  # type: ignore[assignment]
-        self.non_zero_cpu = grow(self.non_zero_cpu)  # type: ignore[assignment]
-        self.non_zero_memory = grow(self.non_zero_memory)  # type: ignore[assignment]
-        self.pod_count = grow(self.pod_count)  # type: ignore[assignment]
-        self.live = grow(self.live)  # type: ignore[assignment]
-        self.unschedulable = grow(self.unschedulable)  # type: ignore[assignment]
-        self.memory_pressure = grow(self.memory_pressure)  # type: ignore[assignment]
-        self.gpu_used = grow(self.gpu_used)  # type: ignore[assignment]
-        extra = new - old
-        self.nodes.extend([None] * extra)
-        self.names.extend([None] * extra)
-        self.pods.extend({} for _ in range(extra))
-        self.gpu_sets.extend({} for _ in range(extra))
-        self.ports.extend(Counter() for _ in range(extra))
-        self._free = list(range(new - 1, old - 1, -1))
+    def _new_slot(self) -> int:
+        slot = self.capacity
+        if slot == self._buffers["live"].shape[0]:
+            self.capacity = slot  # views keep their length while buffers double
+            self._allocate_buffers(2 * slot)
+        self.capacity = slot + 1
+        self._refresh_views()
+        self.gpu_topology.append(None)
+        self.gpu_problem.append(None)
+        self.gpu_assignments.append({})
+        self.nodes.append(None)
+        self.names.append(None)
+        self.pods.append({})
+        self.gpu_sets.append({})
+        self.ports.append(Counter())
+        return slot
 
     def ensure_slot(self, name: str) -> int:
         """The slot for a node name, allocated (not live) if the name is new."""
         slot = self.index.get(name)
         if slot is not None:
             return slot
-        if not self._free:
-            self._grow()
-        slot = self._free.pop()
+        slot = self._free.pop() if self._free else self._new_slot()
         self.index[name] = slot
         self.names[slot] = name
+        self._name_rank = None
         return slot
 
     def set_node(self, info: NodeInfo) -> int:
@@ -163,6 +223,7 @@ class Snapshot:
                 self._drop_images(slot, old)
             for image, size in info.images.items():
                 self.image_index.setdefault(image, {})[slot] = size
+                self._image_arrays.pop(image, None)
         if (
             old is None
             or old.labels != info.labels
@@ -174,10 +235,43 @@ class Snapshot:
             self.live[slot] = True
             self.live_count += 1
         self.nodes[slot] = info
+        if old is None or old.annotations != info.annotations:
+            self._set_gpu_topology(slot, info)
         return slot
+
+    def _set_gpu_topology(self, slot: int, info: NodeInfo) -> None:
+        """Parse the node's GPU annotations; an invalid one leaves the node count-only."""
+        topology: Topology | None = None
+        problems: list[str] = []
+        text = info.annotations.get(ANNOTATION_TOPOLOGY)
+        if text is not None:
+            try:
+                topology = parse_topology(text, node=info.name)
+            except TopologyError as exc:
+                problems.append(str(exc))
+        assignments: dict[str, tuple[int, ...]] = {}
+        text = info.annotations.get(ANNOTATION_ASSIGNMENTS)
+        if text is not None:
+            try:
+                assignments = parse_assignments(text, node=info.name)
+            except TopologyError as exc:
+                problems.append(str(exc))
+        self.gpu_topology[slot] = topology
+        self.gpu_problem[slot] = "; ".join(problems) or None
+        self.gpu_assignments[slot] = assignments
+        if topology is None:
+            self.gpu_topology_id[slot] = -1
+            return
+        topology_id = self._topology_ids.get(topology.key)
+        if topology_id is None:
+            topology_id = len(self.topologies)
+            self.topologies.append(topology)
+            self._topology_ids[topology.key] = topology_id
+        self.gpu_topology_id[slot] = topology_id
 
     def _drop_images(self, slot: int, info: NodeInfo) -> None:
         for image in info.images:
+            self._image_arrays.pop(image, None)
             holders = self.image_index.get(image)
             if holders is not None:
                 holders.pop(slot, None)
@@ -194,6 +288,10 @@ class Snapshot:
             self._drop_images(slot, info)
         self.nodes[slot] = None
         self.allocatable[:, slot] = 0
+        self.gpu_topology[slot] = None
+        self.gpu_problem[slot] = None
+        self.gpu_assignments[slot] = {}
+        self.gpu_topology_id[slot] = -1
         self.unschedulable[slot] = False
         self.memory_pressure[slot] = False
         self.tainted.discard(slot)
@@ -209,6 +307,7 @@ class Snapshot:
             assert name is not None
             del self.index[name]
             self.names[slot] = None
+            self._name_rank = None
             self.requested[:, slot] = 0
             self.non_zero_cpu[slot] = 0
             self.non_zero_memory[slot] = 0

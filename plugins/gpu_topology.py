@@ -1,0 +1,343 @@
+"""GPUTopology: GPU pods go where their best GPU set is best, and get that set.
+
+Only pods requesting the GPU resource (`nvidia.com/gpu` unless `resourceName` says otherwise)
+are concerned. PreFilter rejects a pod whose `topo-scheduler.io/gpu-placement` annotation is
+not understood. Filter: the node needs enough free allocatable GPUs (healthy, not MIG) and a
+set meeting the placement policy; a node without a valid topology annotation passes for
+`best-effort` only (NodeResourcesFit counts its GPUs). Score (0..100, docs/gpu-topology.md):
+
+    score = 80 * S / S_max  +  20 * k / F     (integer division for each part)
+
+S: set score of the node's best set for the pod (0 on count-only nodes), S_max: the largest S
+among the feasible nodes (the first part is 80 for every node when S_max is 0), k: GPUs asked,
+F: free GPUs on the node before placing. The best set wins across node types; among equally
+good sets the node the pod fills most tightly wins.
+
+The vector path groups the candidate nodes by (topology id, free-GPU mask) with numpy and asks
+the selector once per group; the reference path walks nodes one by one with a brute-force
+search, and tests hold the two equal. The Allocator hands the chosen node's best set to the
+binder.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from plugins._args import args_mapping
+from scheduler.config import ConfigError
+from scheduler.framework import Allocation, PreFilterResult, ReasonMasks
+from scheduler.model import PodInfo
+from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.topology.schema import (
+    ANNOTATION_PLACEMENT,
+    ANNOTATION_TOPOLOGY,
+    Placement,
+    Topology,
+    TopologyError,
+    parse_placement,
+    parse_topology,
+)
+from scheduler.topology.scoring import DEFAULT_TABLE, PairScoreTable, pair_matrix
+from scheduler.topology.select import GpuSelector
+
+NAME = "GPUTopology"
+DEFAULT_RESOURCE = "nvidia.com/gpu"
+QUALITY_POINTS = 80
+PACKING_POINTS = 20
+
+REASON_NOT_ENOUGH = "node(s) didn't have enough free GPUs"
+REASON_NO_TOPOLOGY = "node(s) didn't have a valid GPU topology"
+
+
+def reason_for(placement: Placement, count: int) -> str:
+    """Filter reason when free GPUs suffice in number but not under the placement policy."""
+    if placement is Placement.NVLINK:
+        return f"node(s) didn't have {count} NVLink-connected free GPUs"
+    if placement is Placement.SINGLE_NUMA:
+        return f"node(s) didn't have {count} free GPUs on one NUMA node"
+    return REASON_NOT_ENOUGH
+
+
+@dataclass(frozen=True, slots=True)
+class GPUTopologyArgs:
+    """Plugin args: the GPU resource name and the pair-score table."""
+
+    resource_name: str = DEFAULT_RESOURCE
+    pair_scores: PairScoreTable = DEFAULT_TABLE
+
+
+def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
+    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...})."""
+    data = args_mapping(raw, path, {"resourceName", "pairScores"})
+    resource = data.get("resourceName", DEFAULT_RESOURCE)
+    if not isinstance(resource, str) or not resource:
+        raise ConfigError(f"{path}.resourceName: must be a non-empty string")
+    try:
+        table = PairScoreTable.from_args(data.get("pairScores"), path=f"{path}.pairScores")
+    except TopologyError as exc:
+        raise ConfigError(str(exc)) from None
+    return GPUTopologyArgs(resource, table)
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdicts:
+    """Per evaluated slot: whether a set exists, its set score, the free GPU count."""
+
+    slots: IntArray
+    fits: BoolArray
+    set_score: IntArray
+    free_count: IntArray
+
+
+def _popcount(values: IntArray) -> IntArray:
+    counts = np.zeros_like(values)
+    work = values.copy()
+    while work.any():
+        counts += work & 1
+        work >>= 1
+    return counts
+
+
+def reference_best(
+    topology: Topology, free: int, count: int, placement: Placement, table: PairScoreTable
+) -> tuple[int, ...] | None:
+    """Brute-force best set (max set score, then leftover score, then lowest indices)."""
+    matrix = pair_matrix(topology, table)
+    gpus = [g.index for g in topology.gpus if g.allocatable and free >> g.index & 1]
+
+    def score(members: Sequence[int]) -> int:
+        return sum(matrix[a][b] for a, b in itertools.combinations(members, 2))
+
+    best: tuple[int, int] | None = None
+    chosen: tuple[int, ...] | None = None
+    for combo in itertools.combinations(gpus, count):
+        if placement is Placement.NVLINK and any(
+            topology.link(a, b).nvlinks == 0 for a, b in itertools.combinations(combo, 2)
+        ):
+            continue
+        if placement is Placement.SINGLE_NUMA:
+            numas = {topology.gpus[g].numa_node for g in combo}
+            if len(numas) != 1 or None in numas:
+                continue
+        key = (score(combo), score([g for g in gpus if g not in combo]))
+        if best is None or key > best:
+            best, chosen = key, combo
+    return chosen
+
+
+class GPUTopology:
+    """Filter, score and allocator for GPU pods."""
+
+    name = NAME
+
+    def __init__(self, args: GPUTopologyArgs) -> None:
+        self.args = args
+        self.selector = GpuSelector(args.pair_scores)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _count(self, pod: PodInfo) -> int:
+        return int(pod.requests.get(self.args.resource_name, 0))
+
+    def _placement(self, pod: PodInfo) -> tuple[Placement, str | None]:
+        try:
+            return parse_placement(pod.annotations.get(ANNOTATION_PLACEMENT), pod=pod.key), None
+        except TopologyError as exc:
+            return Placement.BEST_EFFORT, str(exc)
+
+    def _evaluate(
+        self, snapshot: Snapshot, mask: BoolArray, count: int, placement: Placement
+    ) -> _Verdicts:
+        """Best set per slot in `mask` (slots with a topology), one search per group."""
+        slots = np.flatnonzero(mask & (snapshot.gpu_topology_id >= 0)).astype(np.int64)
+        fits = np.zeros(len(slots), np.bool_)
+        scores = np.zeros(len(slots), np.int64)
+        if len(slots) == 0:
+            return _Verdicts(slots, fits, scores, np.zeros(0, np.int64))
+        allocatable = np.array([t.allocatable_mask for t in snapshot.topologies], np.int64)
+        tids = snapshot.gpu_topology_id[slots]
+        free = allocatable[tids] & ~snapshot.gpu_used[slots]
+        groups, inverse = np.unique(np.stack([tids, free], axis=1), axis=0, return_inverse=True)
+        group_fits = np.zeros(len(groups), np.bool_)
+        group_scores = np.zeros(len(groups), np.int64)
+        for g, (tid, free_mask) in enumerate(groups.tolist()):
+            chosen = self.selector.best_set(snapshot.topologies[tid], free_mask, count, placement)
+            if chosen is not None:
+                group_fits[g] = True
+                group_scores[g] = chosen.score
+        inverse = inverse.reshape(-1)
+        fits = group_fits[inverse]
+        scores = group_scores[inverse]
+        return _Verdicts(slots, fits, scores, _popcount(free))
+
+    # ------------------------------------------------------------------ pre-filter
+
+    def pre_filter(self, pod: PodInfo) -> PreFilterResult | None:
+        """Reject a GPU pod whose placement annotation is not understood."""
+        if self._count(pod) <= 0:
+            return None
+        _, problem = self._placement(pod)
+        return PreFilterResult(unschedulable=problem) if problem else None
+
+    # ------------------------------------------------------------------ filter
+
+    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+        count = self._count(pod)
+        if count <= 0:
+            return []
+        placement, problem = self._placement(pod)
+        if problem is not None:
+            return [(problem, candidates.copy())]
+        verdicts = self._evaluate(snapshot, candidates, count, placement)
+        not_enough = np.zeros(snapshot.capacity, np.bool_)
+        policy = np.zeros(snapshot.capacity, np.bool_)
+        short = verdicts.free_count < count
+        not_enough[verdicts.slots[short]] = True
+        policy[verdicts.slots[~short & ~verdicts.fits]] = True
+        masks: ReasonMasks = [(REASON_NOT_ENOUGH, not_enough)]
+        if placement is not Placement.BEST_EFFORT:
+            masks.append((reason_for(placement, count), policy))
+            masks.append((REASON_NO_TOPOLOGY, candidates & (snapshot.gpu_topology_id < 0)))
+        return masks
+
+    def _node_topology(self, node: NodeState) -> Topology | None:
+        text = node.info.annotations.get(ANNOTATION_TOPOLOGY)
+        if text is None:
+            return None
+        try:
+            return parse_topology(text, node=node.info.name)
+        except TopologyError:
+            return None
+
+    def _node_free(self, node: NodeState, topology: Topology) -> int:
+        used = 0
+        for held in node.gpu_sets.values():
+            for index in held:
+                used |= 1 << index
+        return topology.allocatable_mask & ~used
+
+    def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
+        count = self._count(pod)
+        if count <= 0:
+            return []
+        placement, problem = self._placement(pod)
+        if problem is not None:
+            return [problem]
+        topology = self._node_topology(node)
+        if topology is None:
+            return [] if placement is Placement.BEST_EFFORT else [REASON_NO_TOPOLOGY]
+        free = self._node_free(node, topology)
+        if bin(free).count("1") < count:
+            return [REASON_NOT_ENOUGH]
+        if reference_best(topology, free, count, placement, self.args.pair_scores) is None:
+            return [reason_for(placement, count)]
+        return []
+
+    # ------------------------------------------------------------------ score
+
+    @staticmethod
+    def _combine(set_scores: list[int], counts: list[int], count: int) -> list[int]:
+        top = max(set_scores, default=0)
+        out = []
+        for s, free in zip(set_scores, counts, strict=True):
+            quality = QUALITY_POINTS if top == 0 else QUALITY_POINTS * s // top
+            out.append(quality + PACKING_POINTS * count // max(free, count))
+        return out
+
+    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
+        count = self._count(pod)
+        if count <= 0:
+            return None
+        placement, _ = self._placement(pod)
+        out = np.zeros(snapshot.capacity, np.int64)
+        set_scores = np.zeros(snapshot.capacity, np.int64)
+        free = np.zeros(snapshot.capacity, np.int64)
+        verdicts = self._evaluate(snapshot, feasible, count, placement)
+        set_scores[verdicts.slots] = verdicts.set_score
+        free[verdicts.slots] = verdicts.free_count
+        plain = feasible & (snapshot.gpu_topology_id < 0)
+        row = snapshot.row.get(self.args.resource_name)
+        if row is not None:
+            left = snapshot.allocatable[row] - snapshot.requested[row]
+            free[plain] = left[plain]
+        if not feasible.any():
+            return out
+        top = int(set_scores[feasible].max())
+        quality = (
+            np.full(snapshot.capacity, QUALITY_POINTS, np.int64)
+            if top == 0
+            else QUALITY_POINTS * set_scores // top
+        )
+        packing = PACKING_POINTS * count // np.maximum(free, count)
+        out[feasible] = (quality + packing)[feasible]
+        return out
+
+    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+        return scores
+
+    def score_nodes(
+        self, pod: PodInfo, feasible: Sequence[NodeState], all_nodes: Sequence[NodeState]
+    ) -> list[int] | None:
+        count = self._count(pod)
+        if count <= 0:
+            return None
+        placement, _ = self._placement(pod)
+        set_scores: list[int] = []
+        counts: list[int] = []
+        for node in feasible:
+            topology = self._node_topology(node)
+            if topology is None:
+                held = sum(p.requests.get(self.args.resource_name, 0) for p in node.pods)
+                allocatable = node.info.allocatable.get(self.args.resource_name, 0)
+                set_scores.append(0)
+                counts.append(allocatable - held)
+                continue
+            free = self._node_free(node, topology)
+            chosen = reference_best(topology, free, count, placement, self.args.pair_scores)
+            matrix = pair_matrix(topology, self.args.pair_scores)
+            pairs = itertools.combinations(chosen or (), 2)
+            set_scores.append(sum(matrix[a][b] for a, b in pairs))
+            counts.append(bin(free).count("1"))
+        return self._combine(set_scores, counts, count)
+
+    def normalize_reference(self, scores: list[int]) -> list[int]:
+        return scores
+
+    # ------------------------------------------------------------------ allocate
+
+    def allocate(self, pod: PodInfo, snapshot: Snapshot, slot: int) -> Allocation | None:
+        """The best set on the chosen node; None on a node without a topology."""
+        count = self._count(pod)
+        topology = snapshot.gpu_topology[slot]
+        if count <= 0 or topology is None:
+            return None
+        placement, _ = self._placement(pod)
+        free = topology.allocatable_mask & ~int(snapshot.gpu_used[slot])
+        chosen = self.selector.best_set(topology, free, count, placement)
+        if chosen is None:
+            return None
+        links = tuple(
+            f"{a}-{b} " + (f"NV{lk.nvlinks}" if lk.nvlinks else (lk.pcie or "unknown"))
+            for a, b in itertools.combinations(chosen.gpus, 2)
+            for lk in (topology.link(a, b),)
+        )
+        return Allocation(chosen.gpus, chosen.score, links)
+
+
+def new(args: Mapping[str, Any] | None, path: str) -> GPUTopology:
+    return GPUTopology(parse_args(args, path))
+
+
+__all__: list[str] = [
+    "NAME",
+    "GPUTopology",
+    "GPUTopologyArgs",
+    "new",
+    "parse_args",
+    "reference_best",
+]

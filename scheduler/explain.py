@@ -1,0 +1,213 @@
+"""`topo-scheduler explain`: why a pod is Pending, or why it landed where it did.
+
+Reads a cluster snapshot (what `kubectl get nodes,pods -A -o yaml` prints, or multi-document
+YAML of Nodes and Pods) and a Pod manifest, and runs the same framework the scheduler runs,
+on every node, printing each node's verdict, reasons and per-plugin scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler.cache import Cache
+from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.framework import Framework, ScheduleResult
+from scheduler.model import ModelError, NodeInfo, PodInfo
+
+__all__ = ["ExplainError", "explain", "load_snapshot", "report", "run_explain"]
+
+
+class ExplainError(ValueError):
+    """Bad input to explain; the message is printed as one line."""
+
+
+def _documents(path: str) -> list[Any]:
+    try:
+        text = Path(path).read_text() if path != "-" else sys.stdin.read()
+    except OSError as exc:
+        raise ExplainError(f"{path}: {exc.strerror}") from None
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ExplainError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+
+
+def _flatten(docs: Iterable[Any], path: str) -> list[Mapping[str, Any]]:
+    objects: list[Mapping[str, Any]] = []
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, Mapping):
+            raise ExplainError(f"{path}: document {i}: must be a Kubernetes object")
+        kind = doc.get("kind")
+        if kind == "List" or (isinstance(kind, str) and kind.endswith("List")):
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise ExplainError(f"{path}: document {i}: items: must be a list")
+            objects.extend(_flatten(items, path))
+        else:
+            objects.append(doc)
+    return objects
+
+
+def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
+    """Fill a cache from a snapshot file: nodes, and the pods bound to them."""
+    cache = cache or Cache()
+    nodes: list[NodeInfo] = []
+    pods: list[PodInfo] = []
+    for obj in _flatten(_documents(path), path):
+        kind = obj.get("kind")
+        try:
+            if kind == "Node":
+                nodes.append(NodeInfo.from_object(obj))
+            elif kind == "Pod":
+                pods.append(PodInfo.from_object(obj))
+        except ModelError as exc:
+            raise ExplainError(f"{path}: {exc}") from None
+    for node in nodes:
+        cache.add_node(node)
+    for pod in pods:
+        cache.add_pod(pod)
+    return cache
+
+
+def _load_pod(path: str) -> tuple[PodInfo, str | None]:
+    objects = _flatten(_documents(path), path)
+    pods = [o for o in objects if o.get("kind", "Pod") == "Pod"]
+    if len(pods) != 1:
+        raise ExplainError(f"{path}: must hold exactly one Pod, found {len(pods)}")
+    raw = pods[0]
+    spec = raw.get("spec")
+    scheduler_name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    try:
+        pod = PodInfo.from_object(raw)
+    except ModelError as exc:
+        raise ExplainError(f"{path}: {exc}") from None
+    return pod, scheduler_name if isinstance(scheduler_name, str) else None
+
+
+def _load_config(path: str | None) -> SchedulerConfiguration:
+    if path is None:
+        return default_config()
+    try:
+        return load_config(Path(path).read_text(), origin=path)
+    except OSError as exc:
+        raise ExplainError(f"{path}: {exc.strerror}") from None
+    except ConfigError as exc:
+        raise ExplainError(f"{path}: {exc}") from None
+
+
+def explain(
+    cache: Cache, pod: PodInfo, framework: Framework
+) -> tuple[ScheduleResult, dict[str, Any]]:
+    """Schedule the pod on the snapshot and build the JSON report (the stable contract)."""
+    cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
+    snapshot = cache.snapshot
+    result = framework.schedule(pod, snapshot)
+    nodes: dict[str, Any] = {}
+    for slot in sorted(snapshot.live_slots(), key=lambda s: snapshot.names[s] or ""):
+        name = snapshot.names[slot]
+        assert name is not None
+        if result.feasible[slot]:
+            entry: dict[str, Any] = {
+                "feasible": True,
+                "reasons": [],
+                "scores": {p: int(s[slot]) for p, s in result.scores.items()},
+                "total": int(result.totals[slot]),
+            }
+            allocation = framework.allocate(pod, snapshot, slot)
+            if allocation is not None:
+                entry["gpus"] = list(allocation.gpus)
+        else:
+            entry = {
+                "feasible": False,
+                "reasons": result.node_reasons(slot),
+                "scores": {},
+                "total": None,
+            }
+        nodes[name] = entry
+    document: dict[str, Any] = {
+        "pod": pod.key,
+        "node": result.node,
+        "message": result.message,
+    }
+    if result.allocation is not None:
+        document["gpus"] = list(result.allocation.gpus)
+    document["nodes"] = nodes
+    return result, document
+
+
+def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
+    """The table for people: nodes by total, each plugin's score, reasons, chosen node."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    nodes: Mapping[str, Any] = document["nodes"]
+    plugins = list(dict.fromkeys(p for entry in nodes.values() for p in entry["scores"]))
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("", no_wrap=True)
+    table.add_column("NODE", no_wrap=True)
+    for plugin in plugins:
+        table.add_column(f"{plugin} (x{weights.get(plugin, 1)})", justify="right")
+    table.add_column("TOTAL", justify="right")
+    table.add_column("GPUS / REASONS")
+    order = sorted(
+        nodes.items(),
+        key=lambda kv: (not kv[1]["feasible"], -(kv[1]["total"] or 0), kv[0]),
+    )
+    for name, entry in order:
+        mark = "*" if name == document["node"] else ""
+        if entry["feasible"]:
+            gpus = entry.get("gpus")
+            detail = f"gpus {','.join(map(str, gpus))}" if gpus else ""
+            cells = [str(entry["scores"].get(p, "-")) for p in plugins]
+            table.add_row(mark, name, *cells, str(entry["total"]), detail)
+        else:
+            table.add_row(mark, name, *["-"] * len(plugins), "-", "; ".join(entry["reasons"]))
+    out = StringIO()
+    console = Console(file=out, width=200, no_color=True, highlight=False)
+    if document["node"] is not None:
+        gpus = document.get("gpus")
+        suffix = f" with GPUs {','.join(map(str, gpus))}" if gpus else ""
+        console.print(f"pod {document['pod']} -> node {document['node']}{suffix}")
+    else:
+        console.print(f"pod {document['pod']} is unschedulable: {document['message']}")
+    console.print(table)
+    return out.getvalue()
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """CLI entry: exit 0 whether or not the pod fits, 2 with one line for bad input."""
+    from plugins import frameworks_for
+
+    try:
+        config = _load_config(args.config)
+        try:
+            frameworks = frameworks_for(config)
+        except ConfigError as exc:
+            raise ExplainError(f"{args.config or 'config'}: {exc}") from None
+        pod, scheduler_name = _load_pod(args.pod)
+        profile = config.profile(scheduler_name)
+        if profile is None:
+            raise ExplainError(
+                f"{args.pod}: spec.schedulerName: {scheduler_name!r} matches no profile "
+                f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
+            )
+        framework = frameworks[profile.scheduler_name]
+        cache = load_snapshot(args.snapshot)
+    except ExplainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _, document = explain(cache, pod, framework)
+    if args.output == "json":
+        print(json.dumps(document, indent=2))
+    else:
+        print(report(document, framework.weights), end="")
+    return 0

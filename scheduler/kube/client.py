@@ -1,0 +1,216 @@
+"""Raw JSON access to the API server through `kubernetes.aio`.
+
+The generated client models are slow to build and some answers do not decode (a Binding is
+answered with a Status), so every call here goes through the `kubernetes.aio` ApiClient's
+raw layer: credentials, TLS and token refresh come from the official client, bodies stay
+bytes/dicts and callers check the status code. Each call passes the token bucket, has a
+timeout, and honours `429 Too Many Requests` with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from kubernetes.aio import client as aclient
+from kubernetes.aio import config as aconfig
+
+from scheduler.kube.ratelimit import TokenBucket
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+class ApiError(Exception):
+    """A non-2xx answer (or a transport failure, status 0) from the API server."""
+
+    def __init__(self, status: int, message: str, reason: str = "", body: Obj | None = None):
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+
+@dataclass
+class ClientOptions:
+    """Rate limit and timeouts; tests shorten them."""
+
+    qps: float = 50.0
+    burst: int = 100
+    timeout: float = 10.0  # every non-watch call
+    max_retry_after: float = 10.0  # longest Retry-After honoured per attempt
+    retries_on_429: int = 10  # client-go's default for Retry-After answers
+    user_agent: str = "topo-scheduler"
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+def _error(status: int, data: bytes) -> ApiError:
+    try:
+        body = json.loads(data) if data else {}
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    message = str(body.get("message") or data[:200].decode(errors="replace"))
+    return ApiError(status, message, str(body.get("reason") or ""), body)
+
+
+class KubeClient:
+    """One API server connection pool with a shared rate limit."""
+
+    def __init__(self, api: aclient.ApiClient, options: ClientOptions | None = None) -> None:
+        self.api = api
+        self.options = options or ClientOptions()
+        self.limiter = TokenBucket(self.options.qps, self.options.burst)
+        self.api.user_agent = self.options.user_agent
+
+    @classmethod
+    async def connect(
+        cls, kubeconfig: str | None = None, options: ClientOptions | None = None
+    ) -> KubeClient:
+        """In-cluster service-account credentials unless a kubeconfig path is given."""
+        cfg = aclient.Configuration()
+        if kubeconfig:
+            await aconfig.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=cfg, persist_config=False
+            )
+        else:
+            aconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cls(aclient.ApiClient(cfg), options)
+
+    @classmethod
+    def for_url(cls, url: str, options: ClientOptions | None = None) -> KubeClient:
+        """An unauthenticated client for a plain-HTTP server (the test emulator)."""
+        return cls(aclient.ApiClient(aclient.Configuration(host=url)), options)
+
+    async def close(self) -> None:
+        await self.api.close()  # type: ignore[no-untyped-call]
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: aiohttp.ClientTimeout | float,
+    ) -> Any:
+        headers: dict[str, str] = {"Accept": "application/json", **self.options.extra_headers}
+        if content_type:
+            headers["Content-Type"] = content_type
+        serialized = await self.api.param_serialize(
+            method,
+            path,
+            query_params=list(query or []),
+            header_params=headers,
+            body=None,
+            auth_settings=["BearerToken"],
+        )
+        _, url, header_params, _, _ = serialized
+        # the REST layer JSON-encodes `body` itself for every JSON content type
+        for attempt in range(self.options.retries_on_429 + 1):
+            await self.limiter.acquire()
+            try:
+                resp = await self.api.call_api(
+                    method,
+                    url,
+                    header_params=dict(header_params),
+                    body=body,
+                    _request_timeout=timeout,
+                )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise ApiError(0, f"{type(exc).__name__}: {exc}", "Transport") from exc
+            if resp.status == 429 or (resp.status >= 500 and "Retry-After" in resp.headers):
+                retry_after = resp.headers.get("Retry-After")
+                resp.response.release()
+                if attempt < self.options.retries_on_429 and retry_after is not None:
+                    try:
+                        delay = float(retry_after)
+                    except ValueError:
+                        delay = 1.0
+                    await asyncio.sleep(min(max(delay, 0.0), self.options.max_retry_after))
+                    continue
+                raise ApiError(resp.status, "Too many requests", "TooManyRequests")
+            return resp
+        raise AssertionError("unreachable")
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+    ) -> Obj:
+        """One call; the decoded JSON answer on 2xx, `ApiError` otherwise."""
+        t = timeout or self.options.timeout
+        if body is not None and content_type is None:
+            content_type = "application/json"
+        try:
+            async with asyncio.timeout(t):
+                resp = await self._send(method, path, query, body, content_type, t)
+                data = await resp.read()
+        except TimeoutError as exc:
+            raise ApiError(0, f"{method} {path}: timed out after {t}s", "Timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise ApiError(0, f"{type(exc).__name__}: {exc}", "Transport") from exc
+        if not 200 <= resp.status < 300:
+            raise _error(resp.status, data)
+        out = json.loads(data) if data else {}
+        return out if isinstance(out, dict) else {"value": out}
+
+    async def get(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
+        return await self.request("GET", path, query=list((query or {}).items()))
+
+    async def post(self, path: str, body: Obj) -> Obj:
+        return await self.request("POST", path, body=body)
+
+    async def put(self, path: str, body: Obj) -> Obj:
+        return await self.request("PUT", path, body=body)
+
+    async def patch(self, path: str, body: Obj, content_type: str = MERGE_PATCH) -> Obj:
+        return await self.request("PATCH", path, body=body, content_type=content_type)
+
+    async def delete(self, path: str) -> Obj:
+        return await self.request("DELETE", path)
+
+    async def watch(
+        self, path: str, query: Mapping[str, str], timeout_seconds: int
+    ) -> AsyncIterator[Obj]:
+        """Stream watch events (decoded lines) until the server ends the stream.
+
+        The connection is cut if no byte arrives for the whole window, so a silent dead
+        connection cannot stall the informer.
+        """
+        q = {**query, "watch": "true", "timeoutSeconds": str(timeout_seconds)}
+        total = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=timeout_seconds + 15)
+        try:
+            resp = await self._send("GET", path, list(q.items()), None, None, total)
+        except TimeoutError as exc:
+            raise ApiError(0, f"watch {path}: timed out", "Timeout") from exc
+        if resp.status != 200:
+            raise _error(resp.status, await resp.read())
+        content = resp.response.content
+        try:
+            while True:
+                try:
+                    line = await content.readline()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    raise ApiError(0, f"watch {path}: {type(exc).__name__}", "Transport") from exc
+                if not line:
+                    return
+                if line.strip():
+                    event = json.loads(line)
+                    if isinstance(event, dict):
+                        yield event
+        finally:
+            resp.response.release()

@@ -1,0 +1,110 @@
+"""The scheduler configuration from a ConfigMap (key `config.yaml`), watched and applied live.
+
+A valid change is applied from the next cycle, logged and counted; an invalid one is logged,
+counted, reported as a Warning Event on the ConfigMap, and the last good configuration stays.
+At startup an invalid or missing ConfigMap is an error (the process fails fast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from scheduler.config import ConfigError, SchedulerConfiguration, load_config
+from scheduler.framework import Framework
+from scheduler.kube.client import KubeClient
+from scheduler.kube.events import EventRecorder, ObjectRef
+from scheduler.kube.informer import Backoff, Reflector
+from scheduler.kube.metrics import Metrics
+
+Obj = dict[str, Any]
+Builder = Callable[[SchedulerConfiguration], dict[str, Framework]]
+Apply = Callable[[SchedulerConfiguration, dict[str, Framework]], None]
+log = structlog.get_logger("topo_scheduler.config")
+
+CONFIG_KEY = "config.yaml"
+
+
+def parse_config_map(
+    obj: Obj, builder: Builder
+) -> tuple[SchedulerConfiguration, dict[str, Framework]]:
+    """ConfigMap -> validated configuration and its frameworks; ConfigError names the field."""
+    md = obj.get("metadata") or {}
+    origin = f"configmap {md.get('namespace')}/{md.get('name')}"
+    data = obj.get("data") or {}
+    text = data.get(CONFIG_KEY)
+    if text is None:
+        raise ConfigError(f"{origin}: data.{CONFIG_KEY}: Required value")
+    config = load_config(str(text), origin=origin)
+    return config, builder(config)
+
+
+class ConfigMapSource:
+    """Reflector handler for one ConfigMap; calls `apply` with each valid new configuration."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str,
+        builder: Builder,
+        apply: Apply,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.builder = builder
+        self.apply = apply
+        self.recorder = recorder
+        self.metrics = metrics
+        self.last_text: str | None = None
+        self.last_error: str | None = None
+        self.reflector = Reflector(
+            client,
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            self,
+            name=f"configmap/{namespace}/{name}",
+            field_selector=f"metadata.name={name}",
+            backoff=backoff,
+        )
+
+    async def load_initial(self) -> tuple[SchedulerConfiguration, dict[str, Framework]]:
+        """Read the ConfigMap once; raises ApiError (e.g. 404) or ConfigError."""
+        obj = await self.client.get(f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}")
+        config, frameworks = parse_config_map(obj, self.builder)
+        self.last_text = str((obj.get("data") or {}).get(CONFIG_KEY))
+        return config, frameworks
+
+    def on_upsert(self, obj: Obj, old: Obj | None) -> None:
+        text = (obj.get("data") or {}).get(CONFIG_KEY)
+        if text is not None and str(text) == self.last_text:
+            return  # unchanged (or the initial version, already applied)
+        self.last_text = None if text is None else str(text)
+        md = obj.get("metadata") or {}
+        try:
+            config, frameworks = parse_config_map(obj, self.builder)
+        except ConfigError as exc:
+            self.last_error = str(exc)
+            self.metrics.config_reloads.labels("failure").inc()
+            log.error("configuration rejected, keeping the last good one", error=str(exc),
+                      configmap=f"{self.namespace}/{self.name}",
+                      resource_version=md.get("resourceVersion"))
+            ref = ObjectRef("ConfigMap", self.namespace, self.name, str(md.get("uid") or ""))
+            self.recorder.record(ref, "Warning", "InvalidConfiguration", "Reload", str(exc))
+            return
+        self.last_error = None
+        self.apply(config, frameworks)
+        self.metrics.config_reloads.labels("success").inc()
+        log.info("configuration applied", configmap=f"{self.namespace}/{self.name}",
+                 resource_version=md.get("resourceVersion"),
+                 profiles=[p.scheduler_name for p in config.profiles])
+
+    def on_delete(self, obj: Obj) -> None:
+        self.last_text = None
+        log.warning("configuration ConfigMap deleted, keeping the last good configuration",
+                    configmap=f"{self.namespace}/{self.name}")

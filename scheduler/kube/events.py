@@ -1,0 +1,172 @@
+"""events.k8s.io/v1 Events, sent in the background, deduplicated and rate limited.
+
+Like kube's event broadcaster: recording never blocks a scheduling cycle (a bounded queue,
+overflow dropped and counted), the same (object, reason, note) within `dedup_window` is sent
+once, and each object gets at most `burst` events, refilled one per `refill` seconds (kube's
+spam filter: 25, one per 5 minutes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from scheduler.kube.client import ApiError, KubeClient
+
+Obj = dict[str, Any]
+log = structlog.get_logger("topo_scheduler.events")
+
+COMPONENT = "topo-scheduler"
+
+
+def micro_time(ts: float | None = None) -> str:
+    """kube's MicroTime: RFC 3339 with microseconds, UTC."""
+    when = dt.datetime.fromtimestamp(time.time() if ts is None else ts, dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What an Event is about (`regarding`)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = "v1"
+
+    def as_dict(self) -> Obj:
+        out: Obj = {
+            "kind": self.kind,
+            "apiVersion": self.api_version,
+            "namespace": self.namespace,
+            "name": self.name,
+        }
+        if self.uid:
+            out["uid"] = self.uid
+        return out
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    last: float
+
+
+class EventRecorder:
+    """Queues Events and posts them from one background task."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        instance: str | None = None,
+        queue_size: int = 1000,
+        dedup_window: float = 600.0,
+        burst: int = 25,
+        refill: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.instance = instance or f"{COMPONENT}-{socket.gethostname()}"
+        self.queue: asyncio.Queue[Obj] = asyncio.Queue(queue_size)
+        self.dedup_window = dedup_window
+        self.burst = burst
+        self.refill = refill
+        self.clock = clock
+        self._seen: dict[tuple[str, str, str, str], float] = {}
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+        self.sent = 0
+        self.dropped = 0  # queue overflow
+        self.suppressed = 0  # deduplicated or rate limited
+        self.failed = 0
+
+    def _allow(self, ref: ObjectRef, reason: str, note: str) -> bool:
+        now = self.clock()
+        key = (ref.namespace, ref.name, reason, note)
+        last = self._seen.get(key)
+        if last is not None and now - last < self.dedup_window:
+            return False
+        obj = (ref.namespace, ref.name)
+        bucket = self._buckets.get(obj)
+        if bucket is None:
+            bucket = self._buckets[obj] = _Bucket(float(self.burst), now)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.last) / self.refill)
+        bucket.last = now
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        self._seen[key] = now
+        if len(self._seen) > 50_000:
+            self._expire(now)
+        return True
+
+    def _expire(self, now: float) -> None:
+        self._seen = {k: t for k, t in self._seen.items() if now - t < self.dedup_window}
+        self._buckets = {
+            k: b for k, b in self._buckets.items() if now - b.last < self.refill * self.burst
+        }
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The object is gone: drop its dedup and rate-limit state."""
+        self._buckets.pop((namespace, name), None)
+
+    def record(
+        self, ref: ObjectRef, type_: str, reason: str, action: str, note: str
+    ) -> bool:
+        """Queue one Event; False when deduplicated, rate limited or the queue is full."""
+        if not self._allow(ref, reason, note):
+            self.suppressed += 1
+            return False
+        now = time.time()
+        event: Obj = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{ref.name}.{int(now * 1e9):x}",
+                "namespace": ref.namespace or "default",
+            },
+            "eventTime": micro_time(now),
+            "reportingController": COMPONENT,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "type": type_,
+            "note": note[:1024],
+            "regarding": ref.as_dict(),
+        }
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            return False
+        return True
+
+    async def run(self) -> None:
+        """Post queued Events until cancelled; failures are logged, never retried forever."""
+        while True:
+            event = await self.queue.get()
+            ns = event["metadata"]["namespace"]
+            try:
+                await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{ns}/events", event)
+                self.sent += 1
+            except ApiError as exc:
+                self.failed += 1
+                log.warning("event not recorded", reason=event["reason"], error=str(exc))
+            finally:
+                self.queue.task_done()
+
+    async def flush(self, timeout: float) -> None:
+        """Wait (bounded) until queued Events are posted."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.queue.join()
+        except TimeoutError:
+            log.warning("events not flushed", pending=self.queue.qsize())

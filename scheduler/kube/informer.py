@@ -1,0 +1,174 @@
+"""List+watch of one resource into a handler, like client-go's reflector.
+
+Lists once, then watches from the list's resourceVersion with bookmarks, resuming from the
+last seen resourceVersion when a stream ends or drops. On `410 Gone` (the version left the
+server's window) it lists again and reports objects that disappeared meanwhile as deleted, so
+no ghost survives a re-list. Reconnects back off exponentially with jitter. `synced` is set
+after the first complete list has been delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from scheduler.kube.client import ApiError, KubeClient
+
+Obj = dict[str, Any]
+log = structlog.get_logger("topo_scheduler.informer")
+
+
+class Handler(Protocol):
+    """Receives every change; `old` is the previous version seen (None when new)."""
+
+    def on_upsert(self, obj: Obj, old: Obj | None) -> None: ...
+
+    def on_delete(self, obj: Obj) -> None: ...
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter for reconnects (client-go: 800 ms .. 30 s)."""
+
+    initial: float = 0.8
+    maximum: float = 30.0
+    factor: float = 2.0
+    jitter: float = 1.0  # up to +100 %
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        base = min(self.maximum, self.initial * self.factor ** max(0, failures - 1))
+        return base * (1.0 + rng.random() * self.jitter)
+
+
+def object_key(obj: Obj) -> str:
+    md = obj.get("metadata") or {}
+    ns = md.get("namespace")
+    return f"{ns}/{md.get('name')}" if ns else str(md.get("name"))
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Reflector:
+    """Keeps `handler` in step with the objects under `path` (optionally field-selected)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        handler: Handler,
+        *,
+        name: str,
+        field_selector: str = "",
+        watch_timeout: int = 300,
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
+        on_relist: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.handler = handler
+        self.name = name
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self.backoff = backoff or Backoff()
+        self.rng = rng or random.Random()
+        self.on_relist = on_relist
+        self.known: dict[str, Obj] = {}
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.lists = 0  # completed lists (the first one and each re-list)
+        self.watches = 0  # watch streams opened
+
+    def _query(self) -> dict[str, str]:
+        return {"fieldSelector": self.field_selector} if self.field_selector else {}
+
+    async def list_once(self) -> None:
+        """List everything and reconcile: upsert what is there, delete what is gone."""
+        body = await self.client.get(self.path, self._query())
+        items = body.get("items") or []
+        seen: set[str] = set()
+        for obj in items:
+            key = object_key(obj)
+            seen.add(key)
+            old = self.known.get(key)
+            if old is not None and _rv(old) == _rv(obj):
+                continue
+            self.known[key] = obj
+            self.handler.on_upsert(obj, old)
+        for key in [k for k in self.known if k not in seen]:
+            self.handler.on_delete(self.known.pop(key))
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.lists += 1
+        if self.on_relist is not None and self.lists > 1:
+            self.on_relist(self.name)
+        self.synced.set()
+
+    def _apply(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.known.pop(key, None)
+            self.handler.on_delete(obj)
+        else:
+            old = self.known.get(key)
+            self.known[key] = obj
+            self.handler.on_upsert(obj, old)
+
+    async def watch_once(self) -> bool:
+        """One watch stream from the current version; False when a re-list is needed."""
+        query = {
+            **self._query(),
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+        }
+        timeout = int(self.watch_timeout * (1.0 + self.rng.random()))  # spread reconnects
+        self.watches += 1
+        async for event in self.client.watch(self.path, query, timeout):
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                code = obj.get("code")
+                log.info("watch error", informer=self.name, code=code, message=obj.get("message"))
+                if code == 410:
+                    return False
+                raise ApiError(int(code or 0), str(obj.get("message") or ""), "WatchError")
+            rv = _rv(obj)
+            if kind == "BOOKMARK":
+                if rv:
+                    self.resource_version = rv
+                continue
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._apply(kind, obj)
+                if rv:
+                    self.resource_version = rv
+        return True
+
+    async def run(self) -> None:
+        """List, then watch forever; cancel the task to stop."""
+        failures = 0
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self.list_once()
+                    need_list = False
+                need_list = not await self.watch_once()
+                failures = 0
+                continue
+            except ApiError as exc:
+                if exc.status == 410:
+                    need_list = True
+                    continue
+                failures += 1
+                delay = self.backoff.delay(failures, self.rng)
+                log.warning(
+                    "list/watch failed", informer=self.name, error=str(exc),
+                    retry_in=round(delay, 3),
+                )
+            await asyncio.sleep(delay)

@@ -1,0 +1,109 @@
+"""Prometheus metrics of one scheduler process, under kube-scheduler's names where they exist.
+
+Each `Metrics` owns its CollectorRegistry (never the global one), so several schedulers in
+one test process do not collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024,
+    2.048, 4.096, 8.192, 16.384,
+)
+
+
+class Metrics:
+    """All series the scheduler exports."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.schedule_attempts = Counter(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod "
+            "could not be scheduled, while 'error' means an internal scheduler problem.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ["result", "profile"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.algorithm_duration = Histogram(
+            "scheduler_scheduling_algorithm_duration_seconds",
+            "Scheduling algorithm latency in seconds",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.binding_duration = Histogram(
+            "scheduler_binding_duration_seconds",
+            "Binding latency in seconds (GPU annotation + pods/binding)",
+            ["result"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e_duration = Histogram(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time it entered the queue",
+            ["attempts"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pending_pods = Gauge(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
+            ["queue"],
+            registry=r,
+        )
+        self.cache_size = Gauge(
+            "scheduler_cache_size",
+            "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+            ["type"],
+            registry=r,
+        )
+        self.foreign_pending = Gauge(
+            "topo_scheduler_other_scheduler_pending_pods",
+            "Unbound pods that belong to other schedulers (seen, left alone).",
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "topo_scheduler_config_reloads",
+            "Configuration reloads from the ConfigMap, by result.",
+            ["result"],
+            registry=r,
+        )
+        self.bind_results = Counter(
+            "topo_scheduler_bindings",
+            "Binding outcomes: bound, conflict (already assigned), gone, error, aborted.",
+            ["result"],
+            registry=r,
+        )
+        self.gpu_set_quality = Histogram(
+            "topo_scheduler_gpu_set_score",
+            "Topology score of the GPU set chosen for each placed pod (higher is better).",
+            buckets=(0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
+            registry=r,
+        )
+        self.relists = Counter(
+            "topo_scheduler_informer_relists",
+            "Re-lists after the first list (watch too old: 410 Gone).",
+            ["informer"],
+            registry=r,
+        )
+        self.events_dropped = Gauge(
+            "topo_scheduler_events_dropped",
+            "Events not sent because the event queue was full.",
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master.",
+            ["name"],
+            registry=r,
+        )

@@ -1,0 +1,554 @@
+"""The in-cluster scheduler: informers -> cache and queue -> one cycle at a time -> bind.
+
+Everything runs on one asyncio loop. Watch events update the cache (all pods of every
+scheduler, all nodes) and the queue (our pending pods). The scheduling loop pops one pod,
+runs its profile's `Framework.schedule` on the live snapshot, assumes the result in the
+cache (the next cycle sees its resources, ports and GPUs at once) and binds asynchronously:
+merge-patch the chosen GPU set onto the pod, then POST pods/binding.
+
+Invariants: a pod is bound at most once (one binding in flight per pod, and the API server
+answers a second binding with 409, after which we drop ours); a pod is never silently
+dropped (it stays in the queue until it is bound, deleted or no longer ours).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+from scheduler.cache import Cache
+from scheduler.config import SchedulerConfiguration
+from scheduler.framework import Framework, ScheduleResult
+from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
+from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
+from scheduler.kube.informer import Backoff, Reflector
+from scheduler.kube.metrics import Metrics
+from scheduler.model import ModelError, NodeInfo, PodInfo
+from scheduler.queue import ClusterEvent, SchedulingQueue, eligible
+from scheduler.snapshot import Snapshot
+from scheduler.topology.schema import (
+    ANNOTATION_ASSIGNMENTS,
+    ANNOTATION_GPUS,
+    ANNOTATION_TOPOLOGY,
+    TopologyError,
+    format_gpu_indices,
+    parse_gpu_indices,
+)
+
+Obj = dict[str, Any]
+log = structlog.get_logger("topo_scheduler")
+
+
+@dataclass
+class Options:
+    """Timings and limits; tests shorten them."""
+
+    initial_backoff: float = 1.0
+    max_backoff: float = 10.0
+    max_unschedulable: float = 300.0
+    watch_timeout: int = 300
+    reflector_backoff: Backoff = field(default_factory=Backoff)
+    max_bindings_in_flight: int = 512
+    event_workers: int = 4
+    shutdown_grace: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+
+
+def annotation_gpus(
+    snapshot: Snapshot, slot: int, pod: PodInfo, chosen: tuple[int, ...] | None, guess: bool
+) -> tuple[int, ...] | None:
+    """GPUs a pod holds: our own choice, else the `topo-scheduler.io/gpus` annotation."""
+    if chosen is not None:
+        return chosen
+    text = pod.annotations.get(ANNOTATION_GPUS)
+    if not text:
+        return None
+    try:
+        return parse_gpu_indices(text, pod=pod.key)
+    except TopologyError:
+        return None
+
+
+def _node_signature(obj: Obj) -> tuple[Any, ...]:
+    """What about a node can change a scheduling decision (not heartbeats)."""
+    md = obj.get("metadata") or {}
+    st = obj.get("status") or {}
+    ann = md.get("annotations") or {}
+    pressure = [
+        c.get("status") for c in st.get("conditions") or [] if c.get("type") == "MemoryPressure"
+    ]
+    return (
+        repr(md.get("labels")),
+        repr(obj.get("spec")),
+        repr(st.get("allocatable") or st.get("capacity")),
+        repr(pressure),
+        ann.get(ANNOTATION_TOPOLOGY),
+        ann.get(ANNOTATION_ASSIGNMENTS),
+    )
+
+
+def _pod_spec_changed(old: Obj, new: Obj) -> bool:
+    """kube's isPodUpdated: anything but status and resourceVersion-like metadata."""
+    o, n = old.get("metadata") or {}, new.get("metadata") or {}
+    return (
+        old.get("spec") != new.get("spec")
+        or o.get("labels") != n.get("labels")
+        or o.get("annotations") != n.get("annotations")
+    )
+
+
+class KubeScheduler:
+    """One scheduler process: caches always warm, scheduling only while `active`."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        config: SchedulerConfiguration,
+        frameworks: dict[str, Framework],
+        *,
+        metrics: Metrics | None = None,
+        recorder: EventRecorder | None = None,
+        options: Options | None = None,
+    ) -> None:
+        self.client = client
+        self.options = options or Options()
+        self.metrics = metrics or Metrics()
+        self.recorder = recorder or EventRecorder(client)
+        self.config = config
+        self.frameworks = frameworks
+        self.names = frozenset(frameworks)
+        self.cache = Cache(gpu_resolver=annotation_gpus)
+        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
+            self.options.clock,
+            self.options.initial_backoff,
+            self.options.max_backoff,
+            self.options.max_unschedulable,
+        )
+        self.pods = Reflector(
+            client, "/api/v1/pods", _PodHandler(self), name="pods",
+            watch_timeout=self.options.watch_timeout, backoff=self.options.reflector_backoff,
+            on_relist=self._relisted,
+        )
+        self.nodes = Reflector(
+            client, "/api/v1/nodes", _NodeHandler(self), name="nodes",
+            watch_timeout=self.options.watch_timeout, backoff=self.options.reflector_backoff,
+            on_relist=self._relisted,
+        )
+        self.foreign: set[str] = set()  # unbound pods of other schedulers
+        self.binding: dict[str, asyncio.Task[None]] = {}
+        self.conditions: dict[str, str] = {}  # pod key -> PodScheduled=False message we set
+        self.queued_at: dict[str, float] = {}  # pod key -> when first seen pending
+        self.active = False  # scheduling allowed (leader, not shutting down)
+        self.aborting = False  # leadership lost: do not start new binding requests
+        self._wakeup = asyncio.Event()
+        self._bind_slots = asyncio.Semaphore(self.options.max_bindings_in_flight)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.scheduled = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+
+    async def start(self) -> None:
+        """Start informers and event workers (standbys run these too)."""
+        self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
+        self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
+        for i in range(self.options.event_workers):
+            self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
+
+    async def _pods_after_nodes(self) -> None:
+        # nodes first: bound pods then land on known nodes with known resources
+        await self.nodes.synced.wait()
+        await self.pods.run()
+
+    async def wait_synced(self) -> None:
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
+
+    async def schedule_loop(self) -> None:
+        """Pop and schedule while `active`; returns when deactivated."""
+        self.active = True
+        self._wakeup.set()
+        while self.active:
+            qp = self.queue.pop()
+            if qp is None:
+                self._update_gauges()
+                wait = self.queue.next_wakeup()
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait if wait is not None else 1.0):
+                        await self._wakeup.wait()
+                continue
+            self.schedule_one(qp.pod, qp.attempts)
+            # let watch events and bindings progress between cycles
+            await asyncio.sleep(0)
+
+    def stop_scheduling(self) -> None:
+        self.active = False
+        self._wakeup.set()
+
+    async def drain_bindings(self, timeout: float) -> None:
+        """Wait for in-flight bindings to finish (bounded)."""
+        tasks = list(self.binding.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            if pending:
+                log.warning("bindings still in flight at shutdown", count=len(pending))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def apply_config(
+        self, config: SchedulerConfiguration, frameworks: dict[str, Framework]
+    ) -> None:
+        """Use a new configuration from the next cycle; re-sort pending pods by owner."""
+        self.config = config
+        self.frameworks = frameworks
+        self.names = frozenset(frameworks)
+        for obj in list(self.pods.known.values()):
+            self._pods_upsert(obj, None)
+        self.queue.move_all(ClusterEvent.CONFIG_CHANGE)
+        self._wakeup.set()
+
+    def _relisted(self, name: str) -> None:
+        self.metrics.relists.labels(name).inc()
+        log.info("informer re-listed", informer=name)
+
+    # -- one scheduling cycle -------------------------------------------------------------
+
+    def schedule_one(self, pod: PodInfo, attempts: int) -> None:
+        """Decide for one popped pod; assume and start binding, or park it."""
+        key = pod.key
+        fw = self.frameworks.get(pod.scheduler_name)
+        if fw is None:  # the configuration changed: no longer ours
+            self.queue.delete(key)
+            return
+        start = time.perf_counter()
+        try:
+            result = fw.schedule(pod, self.cache.snapshot)
+        except Exception as exc:  # a plugin bug must not stop the loop
+            elapsed = time.perf_counter() - start
+            self.metrics.schedule_attempts.labels("error", fw.profile).inc()
+            self.metrics.attempt_duration.labels("error", fw.profile).observe(elapsed)
+            log.exception("scheduling error", pod=key, error=str(exc))
+            self.queue.retry(key)
+            return
+        elapsed = time.perf_counter() - start
+        self.metrics.algorithm_duration.observe(elapsed)
+        if result.node is None:
+            self._unschedulable(pod, fw, result, elapsed)
+            return
+        gpus = result.gpus
+        self.cache.assume(pod, result.node, gpus)
+        self.metrics.schedule_attempts.labels("scheduled", fw.profile).inc()
+        if result.allocation is not None and result.allocation.score is not None:
+            self.metrics.gpu_set_quality.observe(result.allocation.score)
+        log.info(
+            "pod scheduled",
+            pod=key,
+            node=result.node,
+            gpus=format_gpu_indices(gpus) if gpus else None,
+            gpu_set_score=result.allocation.score if result.allocation else None,
+            top_scores=_top_scores(result, self.cache.snapshot),
+            attempts=attempts,
+            duration_ms=round(elapsed * 1000, 3),
+        )
+        self.binding[key] = asyncio.create_task(
+            self._bind(pod, result.node, gpus, fw.profile, start), name=f"bind {key}"
+        )
+
+    def _unschedulable(
+        self, pod: PodInfo, fw: Framework, result: ScheduleResult, elapsed: float
+    ) -> None:
+        message = result.message or "0/0 nodes are available"
+        self.metrics.schedule_attempts.labels("unschedulable", fw.profile).inc()
+        self.metrics.attempt_duration.labels("unschedulable", fw.profile).observe(elapsed)
+        self.queue.unschedulable(pod.key)
+        log.info(
+            "pod unschedulable", pod=pod.key, message=message,
+            duration_ms=round(elapsed * 1000, 3),
+        )
+        ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+        self.recorder.record(ref, "Warning", "FailedScheduling", "Scheduling", message)
+        if self.conditions.get(pod.key) != message:
+            self.conditions[pod.key] = message
+            task = asyncio.create_task(self._set_unschedulable(pod, message))
+            self._tasks.append(task)
+            task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+
+    async def _set_unschedulable(self, pod: PodInfo, message: str) -> None:
+        """PodScheduled=False, reason Unschedulable, as kube-scheduler sets it."""
+        body = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": micro_time().split(".")[0] + "Z",
+                    }
+                ]
+            }
+        }
+        try:
+            await self.client.patch(
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body, STRATEGIC_PATCH
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("pod condition not updated", pod=pod.key, error=str(exc))
+            self.conditions.pop(pod.key, None)
+
+    # -- binding --------------------------------------------------------------------------
+
+    def _node_live(self, name: str) -> bool:
+        slot = self.cache.snapshot.index.get(name)
+        return slot is not None and bool(self.cache.snapshot.live[slot])
+
+    def _still_assumed(self, pod: PodInfo) -> bool:
+        cached = self.cache.get(pod.key)
+        return cached is not None and cached.uid == pod.uid and self.cache.is_assumed(pod.key)
+
+    async def _bind_request(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> str:
+        """Annotate and bind; returns the outcome: bound/conflict/gone/error/aborted."""
+        base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        if gpus:
+            patch = {"metadata": {"annotations": {ANNOTATION_GPUS: format_gpu_indices(gpus)}}}
+            try:
+                await self.client.patch(base, patch)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return "gone"
+                log.warning("GPU annotation failed", pod=pod.key, error=str(exc))
+                return "error"
+        if self.aborting or not self._still_assumed(pod):
+            return "aborted"
+        if not self._node_live(node):
+            log.info("node gone before binding", pod=pod.key, node=node)
+            return "aborted"
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            # the answer is a Status, not a Pod: only the status code matters
+            await self.client.post(f"{base}/binding", binding)
+        except ApiError as exc:
+            if exc.status == 404:
+                return "gone"
+            if exc.status == 409:
+                log.info("binding conflict", pod=pod.key, node=node, message=exc.message)
+                return "conflict"
+            log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
+            return "error"
+        return "bound"
+
+    async def _bind(
+        self, pod: PodInfo, node: str, gpus: tuple[int, ...], profile: str, started: float
+    ) -> None:
+        key = pod.key
+        try:
+            async with self._bind_slots:
+                t0 = time.perf_counter()
+                outcome = await self._bind_request(pod, node, gpus)
+                bind_time = time.perf_counter() - t0
+        except Exception as exc:  # never lose the pod on an unexpected failure
+            log.exception("binding crashed", pod=key, error=str(exc))
+            outcome, bind_time = "error", 0.0
+        finally:
+            self.binding.pop(key, None)
+        self.metrics.bind_results.labels(outcome).inc()
+        self.metrics.binding_duration.labels(outcome).observe(bind_time)
+        mine = self.queue.get(key)
+        same_pod = mine is not None and mine.pod.uid == pod.uid
+        if outcome == "bound":
+            self.cache.confirm(key)
+            if same_pod:
+                self.queue.delete(key)
+            self.scheduled += 1
+            total = time.perf_counter() - started
+            self.metrics.attempt_duration.labels("scheduled", profile).observe(total)
+            queued = self.queued_at.pop(key, None)
+            if queued is not None:
+                attempts = str(min(mine.attempts if mine else 1, 15))
+                self.metrics.e2e_duration.labels(attempts).observe(self.options.clock() - queued)
+            self.conditions.pop(key, None)
+            note = f"Successfully assigned {key} to {node}"
+            if gpus:
+                note += f" with GPUs {format_gpu_indices(gpus)}"
+            ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+            self.recorder.record(ref, "Normal", "Scheduled", "Binding", note)
+            log.info(
+                "pod bound", pod=key, node=node,
+                gpus=format_gpu_indices(gpus) if gpus else None,
+                binding_ms=round(bind_time * 1000, 3),
+            )
+            return
+        if self._still_assumed(pod):
+            self.cache.forget(key)
+            self.queue.move_all(ClusterEvent.POD_DELETE)  # its resources are free again
+        if outcome in ("conflict", "gone"):
+            if same_pod:
+                self.queue.delete(key)
+        elif same_pod:
+            self.queue.retry(key)
+        self._wakeup.set()
+
+    # -- informer handlers ----------------------------------------------------------------
+
+    def _pods_upsert(self, obj: Obj, old: Obj | None) -> None:
+        try:
+            pod = PodInfo.from_object(obj)
+        except ModelError as exc:
+            log.error("pod not understood", error=str(exc))
+            md = obj.get("metadata") or {}
+            if eligible(obj, self.names):
+                ref = ObjectRef("Pod", str(md.get("namespace")), str(md.get("name")),
+                                str(md.get("uid") or ""))
+                self.recorder.record(ref, "Warning", "FailedScheduling", "Scheduling", str(exc))
+            return
+        key = pod.key
+        if pod.node_name:
+            was_terminal = old is not None and (old.get("status") or {}).get("phase") in (
+                "Succeeded", "Failed"
+            )
+            self.cache.add_pod(pod)
+            self.queue.delete(key)
+            self.foreign.discard(key)
+            self.queued_at.pop(key, None)
+            if pod.terminal and not was_terminal:
+                self.queue.move_all(ClusterEvent.POD_DELETE)
+                self._wakeup.set()
+            return
+        if eligible(obj, self.names):
+            self.foreign.discard(key)
+            cached = self.cache.get(key)
+            if key in self.queue:
+                changed = old is None or _pod_spec_changed(old, obj)
+                self.queue.update(key, pod.priority, pod, changed)
+            elif cached is not None and cached.uid == pod.uid:
+                return  # placed by us; the watch has not shown the binding yet
+            else:
+                self.queue.add(key, pod.priority, pod.creation_timestamp, pod)
+                self.queued_at.setdefault(key, self.options.clock())
+            self._wakeup.set()
+            return
+        self.queue.delete(key)
+        self.queued_at.pop(key, None)
+        if pod.scheduler_name not in self.names and not pod.terminal and not pod.deletion_timestamp:
+            self.foreign.add(key)
+        else:
+            self.foreign.discard(key)
+
+    def _pods_delete(self, obj: Obj) -> None:
+        md = obj.get("metadata") or {}
+        key = f"{md.get('namespace')}/{md.get('name')}"
+        bound = bool((obj.get("spec") or {}).get("nodeName"))
+        held = self.cache.get(key) is not None
+        self.cache.remove_pod(key)
+        self.queue.delete(key)
+        self.foreign.discard(key)
+        self.conditions.pop(key, None)
+        self.queued_at.pop(key, None)
+        self.recorder.forget(str(md.get("namespace")), str(md.get("name")))
+        if bound or held:
+            self.queue.move_all(ClusterEvent.POD_DELETE)
+            self._wakeup.set()
+
+    def _nodes_upsert(self, obj: Obj, old: Obj | None) -> None:
+        try:
+            node = NodeInfo.from_object(obj)
+        except ModelError as exc:
+            log.error("node not understood", error=str(exc))
+            return
+        self.cache.add_node(node)
+        if old is None:
+            self.queue.move_all(ClusterEvent.NODE_ADD)
+        else:
+            before, after = _node_signature(old), _node_signature(obj)
+            if before == after:
+                return
+            topo = before[4:] != after[4:]
+            self.queue.move_all(ClusterEvent.NODE_TOPOLOGY if topo else ClusterEvent.NODE_UPDATE)
+        self._wakeup.set()
+
+    def _nodes_delete(self, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        self.cache.remove_node(name)
+        log.info("node removed", node=name)
+
+    # -- gauges ---------------------------------------------------------------------------
+
+    def _update_gauges(self) -> None:
+        for queue, count in self.queue.pending().items():
+            self.metrics.pending_pods.labels(queue).set(count)
+        self.metrics.cache_size.labels("nodes").set(self.cache.node_count)
+        self.metrics.cache_size.labels("pods").set(self.cache.pod_count)
+        self.metrics.cache_size.labels("assumed_pods").set(len(self.binding))
+        self.metrics.foreign_pending.set(len(self.foreign))
+        self.metrics.events_dropped.set(self.recorder.dropped)
+
+
+def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:
+    totals = result.totals
+    if totals.size == 0:
+        return {}
+    feasible = np.flatnonzero(result.feasible[: totals.size])
+    if feasible.size == 0:
+        return {}
+    best = feasible[np.argsort(-totals[feasible], kind="stable")[:n]]
+    return {str(snapshot.names[int(i)]): int(totals[int(i)]) for i in best}
+
+
+def _guarded(kind: str, fn: Callable[..., None], *args: Any) -> None:
+    """Apply one watch event; a failure is logged with the object and never kills the watch."""
+    try:
+        fn(*args)
+    except Exception as exc:
+        md = (args[0].get("metadata") or {}) if args and isinstance(args[0], dict) else {}
+        log.exception("event handling failed", kind=kind, name=md.get("name"),
+                      namespace=md.get("namespace"), error=str(exc))
+
+
+class _PodHandler:
+    def __init__(self, owner: KubeScheduler) -> None:
+        self.owner = owner
+
+    def on_upsert(self, obj: Obj, old: Obj | None) -> None:
+        _guarded("Pod", self.owner._pods_upsert, obj, old)
+
+    def on_delete(self, obj: Obj) -> None:
+        _guarded("Pod", self.owner._pods_delete, obj)
+
+
+class _NodeHandler:
+    def __init__(self, owner: KubeScheduler) -> None:
+        self.owner = owner
+
+    def on_upsert(self, obj: Obj, old: Obj | None) -> None:
+        _guarded("Node", self.owner._nodes_upsert, obj, old)
+
+    def on_delete(self, obj: Obj) -> None:
+        _guarded("Node", self.owner._nodes_delete, obj)

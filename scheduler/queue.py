@@ -1,0 +1,267 @@
+"""The scheduling queue: active, backoff and unschedulable pods, as kube-scheduler keeps them.
+
+Pure: no I/O, time comes from an injected clock. The queue tracks every pod it was given until
+the caller deletes it (pod deleted, bound by anyone); a popped pod stays tracked as in flight
+until its cycle ends, so no pod is ever silently dropped.
+
+- active: a heap ordered by priority (descending), then creation time, then arrival.
+- backoff: pods that failed, waiting `initial * 2**(attempts-1)` capped at `max` seconds.
+- unschedulable: pods no node fits; moved back by a relevant cluster event or after
+  `max_unschedulable` seconds (kube's podMaxInUnschedulablePodsDuration, 5 min).
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Where(enum.Enum):
+    """The sub-queue a tracked pod is in."""
+
+    ACTIVE = "active"
+    BACKOFF = "backoff"
+    UNSCHEDULABLE = "unschedulable"
+    IN_FLIGHT = "in_flight"
+
+
+class ClusterEvent(enum.Enum):
+    """Cluster changes that can make an unschedulable pod schedulable."""
+
+    NODE_ADD = "NodeAdd"
+    NODE_UPDATE = "NodeUpdate"
+    NODE_TOPOLOGY = "NodeTopologyChange"
+    POD_DELETE = "AssignedPodDelete"
+    CONFIG_CHANGE = "ConfigChange"
+
+
+@dataclass
+class QueuedPod(Generic[T]):
+    """A pod in the queue: identity, ordering fields and the caller's payload."""
+
+    key: str
+    priority: int
+    created: float  # creation time, seconds (only compared)
+    pod: T
+    attempts: int = 0
+    since: float = 0.0  # when it entered its current sub-queue
+    backoff_until: float = 0.0
+    cycle: int = 0  # move-request counter at the time it was popped
+
+
+def eligible(obj: Mapping[str, Any], scheduler_names: set[str] | frozenset[str]) -> bool:
+    """A Pod this scheduler must place: its schedulerName, unbound, alive and not gated."""
+    spec = obj.get("spec") or {}
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    return (
+        spec.get("schedulerName", "default-scheduler") in scheduler_names
+        and not spec.get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and not spec.get("schedulingGates")
+        and status.get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+class SchedulingQueue(Generic[T]):
+    """kube's PriorityQueue, single-threaded: the caller serialises access."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        max_unschedulable: float = 300.0,
+    ) -> None:
+        self._clock = clock
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.max_unschedulable = max_unschedulable
+        self._pods: dict[str, QueuedPod[T]] = {}
+        self._where: dict[str, Where] = {}
+        self._active: list[tuple[int, float, int, str]] = []
+        self._active_seq: dict[str, int] = {}
+        self._backoff: list[tuple[float, int, str]] = []
+        self._backoff_seq: dict[str, int] = {}
+        self._seq = itertools.count()
+        self._moves = 0  # move requests so far (kube's moveRequestCycle)
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def where(self, key: str) -> Where | None:
+        return self._where.get(key)
+
+    def get(self, key: str) -> QueuedPod[T] | None:
+        return self._pods.get(key)
+
+    def pending(self) -> dict[str, int]:
+        """Pods per sub-queue (kube's scheduler_pending_pods{queue})."""
+        out = {w.value: 0 for w in Where}
+        for w in self._where.values():
+            out[w.value] += 1
+        return out
+
+    def backoff_duration(self, attempts: int) -> float:
+        if attempts <= 0:
+            return 0.0
+        return float(min(self.initial_backoff * 2.0 ** (attempts - 1), self.max_backoff))
+
+    # -- adding and removing --------------------------------------------------------------
+
+    def add(self, key: str, priority: int, created: float, pod: T) -> None:
+        """A pending pod was seen: queue it, or refresh it if already tracked."""
+        qp = self._pods.get(key)
+        if qp is None:
+            qp = QueuedPod(key, priority, created, pod)
+            self._pods[key] = qp
+            self._to_active(qp)
+            return
+        self.update(key, priority, pod)
+
+    def update(self, key: str, priority: int, pod: T, changed: bool = True) -> None:
+        """The pod object changed; an unschedulable pod whose spec changed gets another try."""
+        qp = self._pods.get(key)
+        if qp is None:
+            return
+        reorder = qp.priority != priority
+        qp.pod = pod
+        qp.priority = priority
+        where = self._where[key]
+        if where is Where.UNSCHEDULABLE and changed:
+            self._to_active_or_backoff(qp)
+        elif where is Where.ACTIVE and reorder:
+            self._to_active(qp)
+
+    def delete(self, key: str) -> bool:
+        """The pod is gone, bound (by us or anyone) or no longer ours: stop tracking it."""
+        if key not in self._where:
+            return False
+        del self._where[key]
+        del self._pods[key]
+        self._active_seq.pop(key, None)
+        self._backoff_seq.pop(key, None)
+        return True
+
+    # -- the scheduling cycle -------------------------------------------------------------
+
+    def pop(self) -> QueuedPod[T] | None:
+        """The highest-priority active pod (after flushing due backoff), now in flight."""
+        self.flush()
+        while self._active:
+            _, _, seq, key = heapq.heappop(self._active)
+            if self._active_seq.get(key) != seq:
+                continue  # stale heap entry
+            del self._active_seq[key]
+            qp = self._pods[key]
+            qp.attempts += 1
+            qp.cycle = self._moves
+            qp.since = self._clock()
+            self._where[key] = Where.IN_FLIGHT
+            return qp
+        return None
+
+    def unschedulable(self, key: str) -> bool:
+        """An in-flight pod fits no node: park it until a cluster event (or a move since)."""
+        qp = self._pods.get(key)
+        if qp is None or self._where[key] is not Where.IN_FLIGHT:
+            return False
+        if qp.cycle < self._moves:
+            # the cluster changed while this pod was being scheduled: retry after backoff
+            self._to_backoff(qp)
+        else:
+            qp.since = self._clock()
+            qp.backoff_until = qp.since + self.backoff_duration(qp.attempts)
+            self._where[key] = Where.UNSCHEDULABLE
+        return True
+
+    def retry(self, key: str) -> bool:
+        """An in-flight pod hit an error (bind failed, API error): retry after its backoff."""
+        qp = self._pods.get(key)
+        if qp is None or self._where[key] is not Where.IN_FLIGHT:
+            return False
+        self._to_backoff(qp)
+        return True
+
+    def move_all(self, event: ClusterEvent) -> int:
+        """A cluster event that may help: every unschedulable pod goes back (backoff honoured)."""
+        self._moves += 1
+        moved = 0
+        for key, where in list(self._where.items()):
+            if where is Where.UNSCHEDULABLE:
+                self._to_active_or_backoff(self._pods[key])
+                moved += 1
+        return moved
+
+    def flush(self) -> None:
+        """Move due backoff pods to active and stale unschedulable pods back (5 min)."""
+        now = self._clock()
+        while self._backoff and self._backoff[0][0] <= now:
+            _, seq, key = heapq.heappop(self._backoff)
+            if self._backoff_seq.get(key) != seq:
+                continue
+            del self._backoff_seq[key]
+            self._to_active(self._pods[key])
+        for key, where in list(self._where.items()):
+            if where is Where.UNSCHEDULABLE:
+                qp = self._pods[key]
+                if now - qp.since >= self.max_unschedulable:
+                    self._to_active_or_backoff(qp)
+
+    def next_wakeup(self) -> float | None:
+        """Seconds until something becomes poppable without an event (0 if now; None: never)."""
+        if self._active_seq:
+            return 0.0
+        now = self._clock()
+        times = [self._backoff[0][0] - now] if self._backoff else []
+        times += [
+            self._pods[k].since + self.max_unschedulable - now
+            for k, w in self._where.items()
+            if w is Where.UNSCHEDULABLE
+        ]
+        return max(0.0, min(times)) if times else None
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _to_active(self, qp: QueuedPod[T]) -> None:
+        self._backoff_seq.pop(qp.key, None)
+        seq = next(self._seq)
+        self._active_seq[qp.key] = seq
+        self._where[qp.key] = Where.ACTIVE
+        qp.since = self._clock()
+        heapq.heappush(self._active, (-qp.priority, qp.created, seq, qp.key))
+
+    def _to_backoff(self, qp: QueuedPod[T]) -> None:
+        self._active_seq.pop(qp.key, None)
+        now = self._clock()
+        qp.since = now
+        qp.backoff_until = now + self.backoff_duration(qp.attempts)
+        seq = next(self._seq)
+        self._backoff_seq[qp.key] = seq
+        self._where[qp.key] = Where.BACKOFF
+        heapq.heappush(self._backoff, (qp.backoff_until, seq, qp.key))
+
+    def _to_active_or_backoff(self, qp: QueuedPod[T]) -> None:
+        if qp.backoff_until > self._clock():
+            self._to_backoff_until(qp, qp.backoff_until)
+        else:
+            self._to_active(qp)
+
+    def _to_backoff_until(self, qp: QueuedPod[T], until: float) -> None:
+        self._active_seq.pop(qp.key, None)
+        qp.since = self._clock()
+        seq = next(self._seq)
+        self._backoff_seq[qp.key] = seq
+        self._where[qp.key] = Where.BACKOFF
+        heapq.heappush(self._backoff, (until, seq, qp.key))

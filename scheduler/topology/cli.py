@@ -1,0 +1,35 @@
+"""`topo-scheduler topology from-nvidia-smi FILE [--numa 0,0,1,1]`: print the annotation JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from scheduler.topology.nvidia_smi import parse_numa_list, parse_nvidia_smi
+from scheduler.topology.schema import TopologyError, topology_to_dict
+
+
+def run_topology(args: argparse.Namespace) -> int:
+    """Run a `topology` subcommand; exit 2 with a one-line message on bad input."""
+    if args.topology_command != "from-nvidia-smi":
+        print(f"topology: unknown command {args.topology_command!r}", file=sys.stderr)
+        return 2
+    source = "stdin" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8") as handle:
+                text = handle.read()
+    except OSError as exc:
+        print(f"topology from-nvidia-smi: cannot read {source}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        numa = parse_numa_list(args.numa) if args.numa else None
+        topology = parse_nvidia_smi(text, numa=numa, source=source)
+    except TopologyError as exc:
+        print(f"topology from-nvidia-smi: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(topology_to_dict(topology), indent=2))
+    return 0

@@ -1,0 +1,303 @@
+"""The scheduler end to end through the API-server emulator.
+
+Every scenario ends with each of our pods bound exactly once (one successful pods/binding,
+spec.nodeName set) and no pod lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+from tests.emulator import CONFIGMAPS, EVENTS, LEASES, NODES, PODS, Emulator
+from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
+
+
+def _keys(n: int, prefix: str = "p") -> list[str]:
+    return [f"default/{prefix}{i}" for i in range(n)]
+
+
+def _http(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_schedules_gpu_pods_once_with_events_and_metrics(emulator: Emulator) -> None:
+    for i in range(4):
+        emulator.create_node(f"n{i}", gpus=8)
+    for i in range(12):
+        emulator.create_pod(f"p{i}", gpus=2)
+    emulator.create_pod("big", gpus=16)  # fits nowhere
+    emulator.create_pod("theirs", scheduler="default-scheduler", gpus=1)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: all_bound_once(emulator, _keys(12)), what="12 pods bound")
+        await wait_for(
+            lambda: any(
+                c.get("reason") == "Unschedulable"
+                for c in emulator.pod("default/big")["status"].get("conditions") or []
+            ),
+            what="PodScheduled=False on the big pod",
+        )
+        assert rep.server is not None and rep.sched is not None
+        port = rep.server.port
+        status, body = await asyncio.to_thread(_http, port, "/readyz")
+        assert status == 200, body
+        status, metrics = await asyncio.to_thread(_http, port, "/metrics")
+        assert 'scheduler_schedule_attempts_total{profile="topo-scheduler",result="scheduled"} 12.0' in metrics
+        assert "scheduler_binding_duration_seconds_bucket" in metrics
+        assert 'scheduler_pending_pods{queue="unschedulable"}' in metrics
+        assert rep.sched.foreign == {"default/theirs"}
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    # GPU sets recorded and never overlapping on a node
+    per_node: dict[str, set[int]] = {}
+    for key in _keys(12):
+        pod = emulator.pod(key)
+        gpus = [int(g) for g in pod["metadata"]["annotations"]["topo-scheduler.io/gpus"].split(",")]
+        assert len(gpus) == 2
+        held = per_node.setdefault(pod["spec"]["nodeName"], set())
+        assert not held & set(gpus)
+        held |= set(gpus)
+    assert emulator.pod("default/theirs")["spec"].get("nodeName") is None
+    assert emulator.binding_posts("default/theirs") == 0
+    assert emulator.binding_posts("default/big") == 0
+    big = emulator.pod("default/big")
+    cond = next(c for c in big["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert cond["status"] == "False" and cond["message"].startswith("0/4 nodes are available:")
+    events = emulator.list(EVENTS)
+    scheduled = [e for e in events if e["reason"] == "Scheduled"]
+    assert len(scheduled) == 12
+    assert all(e["note"].startswith("Successfully assigned default/p") for e in scheduled)
+    failed = [e for e in events if e["reason"] == "FailedScheduling"]
+    assert len(failed) == 1  # retried, but deduplicated
+    assert failed[0]["note"] == cond["message"]
+
+
+def test_watch_dropped_410_and_500_storm(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+    emulator.create_node("n1", gpus=8)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        assert rep.sched is not None
+        for i in range(4):
+            emulator.create_pod(f"a{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(4, "a")), what="first wave")
+        # a watch dropped mid-stream: resume from the last resourceVersion
+        emulator.drop_watches()
+        for i in range(4):
+            emulator.create_pod(f"b{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(4, "b")), what="after drop")
+        # history compacted while watches are down: 410, re-list, ghosts removed
+        emulator.fail(500, 10_000, method="GET", path_contains="/api/v1/pods")
+        emulator.drop_watches()
+        await asyncio.sleep(0.3)
+        emulator.delete(PODS, "a0", "default")  # deleted while we cannot watch
+        emulator.create_pod("c0", gpus=1)
+        emulator.compact()
+        for rule in emulator.server.faults.rules:
+            rule.count = 0
+        await wait_for(lambda: all_bound_once(emulator, ["default/c0"]), what="after 410")
+        assert "default/a0" not in rep.sched.pods.known
+        assert rep.sched.cache.get("default/a0") is None
+        assert rep.sched.pods.lists >= 2
+        # a storm of 500s on binding: retried with backoff, still bound once
+        emulator.fail(500, 6, method="POST", path_contains="/binding")
+        for i in range(3):
+            emulator.create_pod(f"d{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(3, "d")), what="after 500 storm")
+        # 429 with Retry-After is honoured by the client, not surfaced
+        emulator.fail(429, 3, method="PATCH", retry_after=0.1)
+        emulator.create_pod("e0", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, ["default/e0"]), what="after 429")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    for key in [*_keys(3, "d"), *_keys(4, "b"), "default/c0"]:
+        assert len(emulator.bindings()[key]) == 1
+
+
+def test_conflict_on_bind_drops_the_pod(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+    emulator.create_node("other", gpus=8)
+
+    async def scenario() -> None:
+        # another actor binds the pod while our binding requests are slow
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        emulator.set_latency(0.3)
+        emulator.create_pod("p", gpus=1)
+        await wait_for(lambda: rep.sched is not None and "default/p" in rep.sched.binding,
+                       what="assumed")
+        store = emulator.server.store
+        emulator.server.call(
+            lambda: store.bind("default", "p", {"target": {"kind": "Node", "name": "other"}})
+        )
+        emulator.set_latency(0)
+        await wait_for(lambda: emulator.binding_posts("default/p") >= 2, what="our bind")
+        await wait_for(lambda: rep.sched is not None and "default/p" not in rep.sched.queue
+                       and "default/p" not in rep.sched.binding, what="dropped")
+        assert rep.sched is not None
+        assert rep.sched.cache.node_of("default/p") == "other"
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.bindings()["default/p"] == ["other"]
+
+
+def test_restart_mid_run(emulator: Emulator) -> None:
+    for i in range(3):
+        emulator.create_node(f"n{i}", gpus=8)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        for i in range(20):
+            emulator.create_pod(f"p{i}", gpus=1)
+        await wait_for(lambda: len(emulator.bindings()) >= 5, what="some bound")
+        assert await rep.shutdown() == 0
+        for i in range(20, 24):
+            emulator.create_pod(f"p{i}", gpus=1)
+        rep2 = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: all_bound_once(emulator, _keys(24)), what="all bound")
+        assert await rep2.shutdown() == 0
+
+    asyncio.run(scenario())
+    # GPUs chosen by both processes never overlap on a node
+    per_node: dict[str, list[int]] = {}
+    for key in _keys(24):
+        pod = emulator.pod(key)
+        gpus = pod["metadata"]["annotations"]["topo-scheduler.io/gpus"].split(",")
+        per_node.setdefault(pod["spec"]["nodeName"], []).extend(int(g) for g in gpus)
+    for gpus in per_node.values():
+        assert len(gpus) == len(set(gpus))
+
+
+def test_two_replicas_race_for_the_lease(emulator: Emulator) -> None:
+    for i in range(2):
+        emulator.create_node(f"n{i}", gpus=8)
+
+    async def scenario() -> None:
+        a = Replica(fast_settings(emulator, leader_elect=True, identity="a")).start()
+        b = Replica(fast_settings(emulator, leader_elect=True, identity="b")).start()
+        await wait_for(lambda: a.sched is not None and b.sched is not None
+                       and a.sched.synced and b.sched.synced, what="both synced")
+        for i in range(6):
+            emulator.create_pod(f"p{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(6)), what="first wave")
+        assert a.sched is not None and b.sched is not None
+        leader, standby = (a, b) if a.sched.active else (b, a)
+        assert leader.sched is not None and standby.sched is not None
+        assert not standby.sched.active and standby.sched.scheduled == 0
+        # the standby's caches are warm
+        assert len(standby.sched.cache.snapshot.index) == 2
+        assert standby.sched.cache.pod_count == 6
+        assert await leader.shutdown() == 0  # releases the lease at once
+        lease = emulator.get(LEASES, "topo-scheduler", "kube-system")
+        assert lease["spec"]["holderIdentity"] in ("", standby.settings.identity)
+        for i in range(6, 10):
+            emulator.create_pod(f"p{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(10)), what="standby took over")
+        assert standby.sched.scheduled == 4
+        assert await standby.shutdown() == 0
+
+    asyncio.run(scenario())
+
+
+def test_lost_lease_stops_scheduling_and_exits(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator, leader_elect=True, identity="a")).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.active, what="leading")
+        # someone else takes the lease over (e.g. after a partition)
+        lease = emulator.get(LEASES, "topo-scheduler", "kube-system")
+        emulator.patch(LEASES, "topo-scheduler",
+                       {"spec": {"holderIdentity": "intruder"}}, "kube-system")
+        assert rep.task is not None
+        code = await asyncio.wait_for(rep.task, 10)
+        assert code == 1
+        assert lease["spec"]["holderIdentity"] == "a"
+
+    asyncio.run(scenario())
+
+
+def test_bad_config_map_rejected_while_scheduling_continues(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+    good = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    emulator.put_config_map("kube-system", "topo", {"config.yaml": good})
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator, config_map="kube-system/topo")).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        bad = good + "percentageOfNodesToScore: 400\n"
+        emulator.put_config_map("kube-system", "topo", {"config.yaml": bad})
+        await wait_for(
+            lambda: any(e["reason"] == "InvalidConfiguration" for e in emulator.list(EVENTS)),
+            what="warning event",
+        )
+        for i in range(3):
+            emulator.create_pod(f"p{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(3)), what="still scheduling")
+        assert rep.server is not None
+        _, metrics = await asyncio.to_thread(_http, rep.server.port, "/metrics")
+        assert 'topo_scheduler_config_reloads_total{result="failure"} 1.0' in metrics
+        # a valid change applies without restart: a second profile takes other pods
+        second = good + "profiles:\n- schedulerName: topo-scheduler\n- schedulerName: gang\n"
+        emulator.put_config_map("kube-system", "topo", {"config.yaml": second})
+        await wait_for(lambda: rep.sched is not None and "gang" in rep.sched.names,
+                       what="new profile")
+        emulator.create_pod("g0", scheduler="gang", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, ["default/g0"]), what="gang pod")
+        _, metrics = await asyncio.to_thread(_http, rep.server.port, "/metrics")
+        assert 'topo_scheduler_config_reloads_total{result="success"} 1.0' in metrics
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    event = next(e for e in emulator.list(EVENTS) if e["reason"] == "InvalidConfiguration")
+    assert "percentageOfNodesToScore" in event["note"]
+    assert event["regarding"]["kind"] == "ConfigMap" and event["type"] == "Warning"
+
+
+def test_invalid_config_map_at_startup_fails_fast(emulator: Emulator) -> None:
+    emulator.put_config_map(
+        "kube-system", "topo", {"config.yaml": "apiVersion: wrong/v1\nkind: KubeSchedulerConfiguration\n"}
+    )
+
+    async def scenario() -> int:
+        rep = Replica(fast_settings(emulator, config_map="kube-system/topo")).start()
+        assert rep.task is not None
+        return await asyncio.wait_for(rep.task, 10)
+
+    assert asyncio.run(scenario()) == 1
+    assert emulator.get(CONFIGMAPS, "topo", "kube-system")
+
+
+def test_node_deleted_while_its_pods_are_assumed(emulator: Emulator) -> None:
+    emulator.create_node("doomed", gpus=8)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        emulator.set_latency(0.5)  # annotation PATCHes are slow: pods stay assumed
+        for i in range(3):
+            emulator.create_pod(f"p{i}", gpus=2)
+        await wait_for(lambda: rep.sched is not None and len(rep.sched.binding) == 3,
+                       what="assumed")
+        emulator.delete(NODES, "doomed")
+        emulator.create_node("fresh", gpus=8)
+        emulator.set_latency(0)
+        await wait_for(lambda: all_bound_once(emulator, _keys(3)), what="rebound")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert {emulator.pod(k)["spec"]["nodeName"] for k in _keys(3)} == {"fresh"}
+    assert all(emulator.binding_posts(k) == 1 for k in _keys(3))
+

@@ -1,0 +1,150 @@
+"""Agent: NVML discovery on fake machines equals the machines' nvidia-smi matrices; patching
+only on change; survival of NVML and API errors; the no-driver message."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pynvml
+import pytest
+from topo_fakes import (
+    DATA,
+    FakeNodeApi,
+    FakeNvml,
+    Machine,
+    all_sys_2numa,
+    dgx1_v100,
+    dgx_a100,
+    dgx_h100,
+    fake_sysfs,
+    pcie_8gpu_2socket,
+)
+
+from scheduler.agent.discovery import discover, normalize_bus_id
+from scheduler.agent.loop import Agent, AgentConfig, NoDriverError
+from scheduler.topology import (
+    ANNOTATION_ASSIGNMENTS,
+    ANNOTATION_TOPOLOGY,
+    GpuSelector,
+    parse_nvidia_smi,
+    parse_topology,
+)
+from scheduler.topology.nvidia_smi import nvidia_smi_cells
+
+MACHINES = {
+    "dgx1-v100": dgx1_v100,
+    "dgx-a100": dgx_a100,
+    "dgx-h100": dgx_h100,
+    "pcie-8gpu-2socket": pcie_8gpu_2socket,
+    "all-sys-2numa": all_sys_2numa,
+}
+
+
+def _discover(machine: Machine) -> dict[str, object]:
+    return discover(FakeNvml(machine), fake_sysfs(machine).get)
+
+
+@pytest.mark.parametrize("name", sorted(MACHINES))
+def test_discovery_matches_nvidia_smi_matrix(name: str) -> None:
+    machine = MACHINES[name]()
+    topology = parse_topology(_discover(machine), node=name)
+    expected = parse_nvidia_smi((DATA / f"{name}.txt").read_text(), source=name)
+    assert nvidia_smi_cells(topology) == nvidia_smi_cells(expected)
+    assert [g.numa_node for g in topology.gpus] == [g.numa_node for g in expected.gpus]
+    assert [(lk.a, lk.b, lk.nvswitch_links) for lk in topology.links] == [
+        (lk.a, lk.b, lk.nvswitch_links) for lk in expected.links
+    ]
+    for gpu, fake in zip(topology.gpus, machine.gpus, strict=True):
+        assert gpu.healthy and gpu.uuid and gpu.uuid.startswith("GPU-")
+        assert gpu.model == fake.name and gpu.memory_mib == fake.memory_mib
+        assert gpu.pci_bus_id == normalize_bus_id(fake.bus_id)
+
+
+def test_discovery_reports_pcie_level_behind_nvlink_pairs() -> None:
+    topology = parse_topology(_discover(dgx1_v100()))
+    # nvidia-smi shows NV1 for 0-1 and hides the PCIe switch they share; NVML tells it.
+    assert topology.link(0, 1).pcie == "PIX" and topology.link(0, 1).nvlinks == 1
+    assert topology.link(0, 2).pcie == "PHB"
+
+
+def test_mig_gpu_published_and_never_selected() -> None:
+    machine = pcie_8gpu_2socket(mig_gpu=5)
+    topology = parse_topology(_discover(machine))
+    assert [g.mig_enabled for g in topology.gpus] == [i == 5 for i in range(8)]
+    selector = GpuSelector()
+    for size in range(1, 8):
+        chosen = selector.best_set(topology, 0xFF, size)
+        assert chosen is not None and 5 not in chosen.gpus
+    assert selector.best_set(topology, 0xFF, 8) is None
+    assert selector.best_set(topology, 1 << 5, 1) is None
+
+
+@pytest.mark.parametrize("mode", ["calls", "handle"])
+def test_failing_gpu_is_unhealthy_and_rest_is_intact(mode: str) -> None:
+    machine = pcie_8gpu_2socket(failing={3: mode})
+    topology = parse_topology(_discover(machine))
+    assert [g.healthy for g in topology.gpus] == [i != 3 for i in range(8)]
+    cells = nvidia_smi_cells(topology)
+    expected = nvidia_smi_cells(parse_nvidia_smi((DATA / "pcie-8gpu-2socket.txt").read_text()))
+    for pair, cell in expected.items():
+        assert cells[pair] == ("?" if 3 in pair else cell)
+    selector = GpuSelector()
+    assert selector.best_set(topology, 0xFF, 8) is None  # only 7 healthy GPUs
+    chosen = selector.best_set(topology, 0xFF, 7)
+    assert chosen is not None and 3 not in chosen.gpus
+    chosen = selector.best_set(topology, 0xFF, 2)
+    assert chosen is not None and chosen.gpus in ((0, 1), (4, 5), (6, 7))
+
+
+def _agent(machine: Machine, api: FakeNodeApi, **kw: object) -> Agent:
+    config = AgentConfig(node_name="gpu-1", pod_resources_socket="")
+    return Agent(config, kw.pop("nvml", FakeNvml(machine)), api, read_file=fake_sysfs(machine).get)
+
+
+def test_agent_patches_only_on_change() -> None:
+    api = FakeNodeApi()
+    agent = _agent(dgx_h100(), api)
+    assert agent.sync_once().patched == (ANNOTATION_TOPOLOGY,)
+    assert agent.sync_once().patched == ()
+    assert len(api.patches) == 1
+    published = parse_topology(api.annotations[ANNOTATION_TOPOLOGY], node="gpu-1")
+    assert published.size == 8 and published.link(0, 7).nvlinks == 18
+    api.annotations[ANNOTATION_TOPOLOGY] = json.dumps({"version": 1, "gpus": []})
+    assert agent.sync_once().patched == (ANNOTATION_TOPOLOGY,)
+    assert ANNOTATION_ASSIGNMENTS not in api.annotations  # no kubelet socket configured
+
+
+def test_agent_no_driver_message(caplog: pytest.LogCaptureFixture) -> None:
+    api = FakeNodeApi()
+    nvml = FakeNvml(dgx_a100(), init_error=pynvml.NVMLError_LibraryNotFound)
+    agent = _agent(dgx_a100(), api, nvml=nvml)
+    with pytest.raises(NoDriverError, match="no NVIDIA driver on node gpu-1"):
+        agent.sync_once()
+    with caplog.at_level(logging.ERROR):
+        assert agent.run(once=True) == 1
+    assert "no NVIDIA driver" in caplog.text and api.patches == []
+    nvml.init_error = pynvml.NVMLError_DriverNotLoaded
+    with pytest.raises(NoDriverError):
+        agent.sync_once()
+
+
+def test_agent_backs_off_on_errors_and_recovers() -> None:
+    api = FakeNodeApi(fail_next=3)
+    nvml = FakeNvml(pcie_8gpu_2socket(), count_error=True)
+    config = AgentConfig(node_name="gpu-1", interval=30.0, pod_resources_socket="")
+    agent = Agent(config, nvml, api, read_file=fake_sysfs(nvml.machine).get)
+    delays: list[float] = []
+
+    def wait(delay: float) -> bool:
+        delays.append(delay)
+        if len(delays) == 2:
+            nvml.count_error = False  # NVML recovers; the API still fails 3 times
+        return len(delays) >= 7
+
+    assert agent.run(wait=wait) == 0
+    # NVML fails twice, the API three times, then success every interval.
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert len(api.patches) == 1
+    assert nvml.calls.count("init") == 3  # re-initialised after each NVML failure
+    assert nvml.calls.count("shutdown") == 2
