@@ -95,9 +95,17 @@ async def _run(url: str, conn: Connection, args: argparse.Namespace) -> dict[str
         if bound >= args.pods or time.time() - start > args.timeout:
             break
         await asyncio.sleep(0.2)
+    sched = holder[0]
+    outcomes = {
+        s.labels["result"]: int(s.value)
+        for s in sched.metrics.bind_results.collect()[0].samples
+        if s.name.endswith("_total")
+    }
+    state = {"pending": sched.queue.pending(), "binding": len(sched.binding),
+             "outcomes": outcomes}
     stop.set()
     code = await task
-    return {"exit": code, "cycles": holder[0].metrics.algorithm_duration}
+    return {"exit": code, "cycles": sched.metrics.algorithm_duration, "state": state}
 
 
 def main() -> int:
@@ -143,6 +151,7 @@ def main() -> int:
     total = samples.get("scheduler_scheduling_algorithm_duration_seconds_sum", 0.0)
     if count:
         print(f"scheduling cycle: {count:.0f} cycles, mean {total / count * 1000:.2f} ms")
+    print(f"scheduler state at the end: {result['state']}")
     print(f"binding POSTs: {sum(posts.values())}, pods bound more than once: {twice}, "
           f"scheduler exit code: {result['exit']}")
     return 0 if len(bound) == args.pods and twice == 0 else 1

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from plugins import frameworks_for  # noqa: E402
 from scheduler.cache import Cache  # noqa: E402
-from scheduler.config import default_config, load_config  # noqa: E402
+from scheduler.config import default_config  # noqa: E402
 from scheduler.model import NodeInfo, PodInfo  # noqa: E402
 from scheduler.topology import builtin_topology, format_topology  # noqa: E402
 from scheduler.topology.schema import ANNOTATION_TOPOLOGY  # noqa: E402
@@ -86,12 +86,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--no-tracemalloc", action="store_true", help="skip the Python-heap peak")
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="also trace the Python heap (slows the run)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    if not args.no_tracemalloc:
+    if args.tracemalloc:
         tracemalloc.start()
-    framework = frameworks_for(load_config(open("/tmp/nogpu.yaml").read()))["topo-scheduler"]
+    framework = frameworks_for(default_config())["topo-scheduler"]
     cache = Cache()
     for i in range(args.nodes):
         cache.add_node(NodeInfo.from_object(make_node(i, rng)))
@@ -110,7 +112,7 @@ def main() -> None:
     print(f"nodes={args.nodes} pods={args.pods} scheduled={scheduled} unschedulable={unschedulable}")
     print(f"elapsed={elapsed:.2f}s  throughput={args.pods / elapsed:,.0f} pods/s "
           f"({elapsed / args.pods * 1e3:.3f} ms/pod, every node evaluated)")
-    if not args.no_tracemalloc:
+    if args.tracemalloc:
         _, peak = tracemalloc.get_traced_memory()
         print(f"peak Python heap={peak / 2**20:.1f} MiB (tracemalloc)")
     print(f"peak RSS={peak_rss_mib:.1f} MiB")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from plugins import (
     balanced_allocation,
+    gpu_topology,
     image_locality,
     node_affinity,
     node_memory_pressure,
@@ -29,6 +30,7 @@ REGISTRY: dict[str, PluginFactory] = {
     node_memory_pressure.NAME: node_memory_pressure.new,
     balanced_allocation.NAME: balanced_allocation.new,
     image_locality.NAME: image_locality.new,
+    gpu_topology.NAME: gpu_topology.new,
 }
 
 

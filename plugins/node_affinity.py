@@ -2,12 +2,14 @@
 add their weights to a node's score.
 
 Terms are ORed, the requirements inside a term ANDed. A term kube would reject as invalid
-(an unknown operator, `Gt` with a non-integer) matches nothing, and an empty term matches
-nothing. Masks are cached per selector until node labels change.
+(an unknown operator, `Gt` with a non-integer, a key or value that is not valid label syntax)
+matches nothing, and an empty term matches nothing. Masks are cached per selector until
+node labels change.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,14 +39,44 @@ _NAME_FIELD = "metadata.name"
 _CACHE_LIMIT = 256
 
 
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# apimachinery's qualified-name part and label-value syntax (ASCII only).
+_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
 def _int(text: str) -> int | None:
-    try:
-        return int(text, 10)
-    except ValueError:
+    """Go's strconv.ParseInt(text, 10, 64): ASCII digits, optional sign, int64 range."""
+    if _GO_INT.fullmatch(text) is None:
         return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
+
+
+def _valid_key(key: str) -> bool:
+    """validation.IsQualifiedName: ``[prefix/]name``, as labels.NewRequirement checks keys."""
+    parts = key.split("/")
+    if len(parts) == 2:
+        prefix, name = parts
+        if not prefix or len(prefix) > 253 or _DNS1123_SUBDOMAIN.fullmatch(prefix) is None:
+            return False
+    elif len(parts) == 1:
+        name = parts[0]
+    else:
+        return False
+    return 0 < len(name) <= 63 and _NAME_PART.fullmatch(name) is not None
+
+
+def _valid_value(value: str) -> bool:
+    """validation.IsValidLabelValue: empty, or at most 63 name characters."""
+    return value == "" or (len(value) <= 63 and _NAME_PART.fullmatch(value) is not None)
 
 
 def _valid_expression(req: NodeSelectorRequirement) -> bool:
+    """labels.NewRequirement's checks: a key, the operator's value count, valid values."""
+    if not _valid_key(req.key) or not all(_valid_value(v) for v in req.values):
+        return False
     if req.operator in ("In", "NotIn"):
         return len(req.values) > 0
     if req.operator in ("Exists", "DoesNotExist"):

@@ -78,6 +78,7 @@ class _Entry:
     assumed: bool
     chosen: tuple[int, ...] | None = None  # the GPU set we chose, when we placed it
     gpus: tuple[int, ...] | None = None  # the GPU set it holds, as resolved
+    guessed: bool = False  # resolved as the device plugin would have assigned it
 
 
 class Cache:
@@ -186,6 +187,14 @@ class Cache:
         entry = self._pods.get(key)
         return entry.gpus if entry else None
 
+    def guessed_gpus(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """(pod, node, GPUs) for pods whose GPUs no one recorded: the device-plugin guess."""
+        return sorted(
+            (key, self.snapshot.names[e.slot] or "", e.gpus)
+            for key, e in self._pods.items()
+            if e.guessed and e.gpus
+        )
+
     def _requests_gpus(self, pod: PodInfo) -> bool:
         resource = getattr(self._gpu_resolver, "resource", GPU_RESOURCE)
         return pod.requests.get(resource, 0) > 0
@@ -211,7 +220,9 @@ class Cache:
                 unknown.append(entry)
             else:
                 entry.gpus = gpus
+                entry.guessed = False
                 self.snapshot.set_gpus(slot, key, gpus)
         for entry in unknown:
             entry.gpus = self._gpu_resolver(self.snapshot, slot, entry.pod, None, True)
+            entry.guessed = entry.gpus is not None
             self.snapshot.set_gpus(slot, entry.pod.key, entry.gpus)

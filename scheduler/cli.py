@@ -87,27 +87,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(build_parser().parse_args(argv))
+    except BrokenPipeError:  # `... | head`: the reader left, nothing more to say
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "explain":
         from scheduler.explain import run_explain
 
-        return run_explain(args)
+        return int(run_explain(args))
     if args.command == "simulate":
         from scheduler.sim.cli import run_simulate
 
-        return run_simulate(args)
+        return int(run_simulate(args))
     if args.command == "run":
         from scheduler.kube.cli import run_scheduler
 
-        return run_scheduler(args)
+        return int(run_scheduler(args))
     if args.command == "agent":
         from scheduler.agent.cli import run_agent
 
-        return run_agent(args)
+        return int(run_agent(args))
     if args.command == "topology":
         from scheduler.topology.cli import run_topology
 
-        return run_topology(args)
+        return int(run_topology(args))
     raise AssertionError(args.command)
 
 

@@ -123,6 +123,9 @@ def explain(
             allocation = framework.allocate(pod, snapshot, slot)
             if allocation is not None:
                 entry["gpus"] = list(allocation.gpus)
+                if allocation.score is not None:
+                    entry["gpuSetScore"] = allocation.score
+                entry["gpuLinks"] = _link_summary(allocation.links)
         else:
             entry = {
                 "feasible": False,
@@ -130,7 +133,20 @@ def explain(
                 "scores": {},
                 "total": None,
             }
+        problem = snapshot.gpu_problem[slot]
+        if problem:
+            entry["gpuTopologyProblem"] = problem
         nodes[name] = entry
+    notes = [
+        f"pod {key} on {node} holds GPUs {','.join(map(str, gpus))} as the device plugin "
+        "would have assigned them (no record of its GPUs)"
+        for key, node, gpus in cache.guessed_gpus()
+    ]
+    notes += [
+        f"node {name}: GPU topology ignored (count-only): {entry['gpuTopologyProblem']}"
+        for name, entry in nodes.items()
+        if "gpuTopologyProblem" in entry
+    ]
     document: dict[str, Any] = {
         "pod": pod.key,
         "node": result.node,
@@ -139,7 +155,18 @@ def explain(
     if result.allocation is not None:
         document["gpus"] = list(result.allocation.gpus)
     document["nodes"] = nodes
+    if notes:
+        document["notes"] = notes
     return result, document
+
+
+def _link_summary(links: Iterable[str]) -> str:
+    """`0-1 NV18`, `0-2 NV18`, ... -> `NV18 x2`: the link types inside a GPU set."""
+    counts: dict[str, int] = {}
+    for link in links:
+        kind = link.split(" ", 1)[-1]
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items()))
 
 
 def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
@@ -166,13 +193,19 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
         mark = "*" if name == document["node"] else ""
         if entry["feasible"]:
             gpus = entry.get("gpus")
-            detail = f"gpus {','.join(map(str, gpus))}" if gpus else ""
+            detail = ""
+            if gpus:
+                detail = f"gpus {','.join(map(str, gpus))}"
+                if "gpuSetScore" in entry:
+                    detail += f" set score {entry['gpuSetScore']}"
+                if entry.get("gpuLinks"):
+                    detail += f" ({entry['gpuLinks']})"
             cells = [str(entry["scores"].get(p, "-")) for p in plugins]
             table.add_row(mark, name, *cells, str(entry["total"]), detail)
         else:
             table.add_row(mark, name, *["-"] * len(plugins), "-", "; ".join(entry["reasons"]))
     out = StringIO()
-    console = Console(file=out, width=200, no_color=True, highlight=False)
+    console = Console(file=out, width=1000, no_color=True, highlight=False)
     if document["node"] is not None:
         gpus = document.get("gpus")
         suffix = f" with GPUs {','.join(map(str, gpus))}" if gpus else ""
@@ -180,7 +213,9 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
     else:
         console.print(f"pod {document['pod']} is unschedulable: {document['message']}")
     console.print(table)
-    return out.getvalue()
+    for note in document.get("notes", []):
+        console.print(f"note: {note}")
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
 
 
 def run_explain(args: argparse.Namespace) -> int:

@@ -386,22 +386,26 @@ class PodInfo:
         }
         overhead = _resources(spec.get("overhead"), where, "spec.overhead")
         requests = _pod_requests(containers, init_containers, pod_level, overhead)
+        # kube's calculateResource: every container missing a cpu/memory request counts the
+        # default; with pod-level requests set, only a resource missing at both levels does.
+        defaults = {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST}
+        if any(name in defaults for name in pod_level):
+            defaults = {name: v for name, v in defaults.items() if name not in requests}
         non_zero = _pod_requests(
-            containers,
-            init_containers,
-            pod_level,
-            overhead,
-            missing_defaults={
-                "cpu": DEFAULT_MILLI_CPU_REQUEST,
-                "memory": DEFAULT_MEMORY_REQUEST,
-            },
+            containers, init_containers, pod_level, overhead, missing_defaults=defaults
         )
         everything = [*init_containers, *containers]
-        # QoS BestEffort: no CPU or memory request or limit anywhere in the pod.
+        # QoS BestEffort (ComputePodQOS): no positive CPU or memory request or limit anywhere;
+        # an explicit zero does not count.
         best_effort = not any(
-            name in ("cpu", "memory")
-            for names in (pod_level, *(c.requests for c in everything))
-            for name in names
+            amount > 0
+            for amounts in (
+                pod_level,
+                *(c.requests for c in everything),
+                *(c.limits for c in everything),
+            )
+            for name, amount in amounts.items()
+            if name in ("cpu", "memory")
         )
         host_ports = tuple(
             p
@@ -565,9 +569,9 @@ class NodeInfo:
             for j, image_name in enumerate(
                 _list(image.get("names"), where, f"status.images[{i}].names")
             ):
-                images[
-                    normalized_image_name(_str(image_name, where, f"status.images[{i}].names[{j}]"))
-                ] = size
+                # kube keys a node's images by the names the node reports (only the pod's
+                # image names are normalized), and the first size reported for a name wins.
+                images.setdefault(_str(image_name, where, f"status.images[{i}].names[{j}]"), size)
 
         unschedulable = spec.get("unschedulable", False)
         if not isinstance(unschedulable, bool):

@@ -1,14 +1,14 @@
 """Kubernetes resource quantities parsed exactly, converted with kube's rounding.
 
 The grammar is apimachinery's: ``<sign><digits>[.<digits>]<suffix>`` where the suffix is a
-binary SI unit (Ki..Ei), a decimal SI unit (m, k, M..E) or a decimal exponent (e3, E-2).
-Values are held as ``Fraction`` so nothing is lost before the one rounding kube does: up,
-to the unit of the resource (milli-CPU for ``cpu``, whole units for everything else).
+binary SI unit (Ki..Ei), a decimal SI unit (m, k, M..E) or a decimal exponent (e3, E-2),
+scanned the way apimachinery's parser scans it. Values are held as ``Fraction``; kube rounds
+a parsed amount up to a whole nano unit, then up (away from zero) to the unit of the
+resource (milli-CPU for ``cpu``, whole units for everything else).
 """
 
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 
 __all__ = ["QuantityError", "format_milli", "parse_quantity", "resource_value"]
@@ -31,54 +31,128 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
-_QUANTITY = re.compile(
-    r"^(?P<sign>[+-])?(?P<number>\d+(?:\.\d*)?|\.\d+)"
-    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exp>[+-]?\d+)|(?P<decimal>[numkMGTPE]?))$"
+_DIGITS = frozenset("0123456789")
+_SUFFIX_CHARS = frozenset("eEinumkKMGTP")
+# kube caps every quantity's magnitude at the largest int64, in the quantity's own units.
+_MAX_AMOUNT = Fraction(2**63 - 1)
+_NANO = 10**9
+# Go's unicode.IsSpace, which strings.TrimSpace uses.
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000")
 )
-# Exponents beyond this are not representable by kube's int64-based quantities either.
-_MAX_EXPONENT = 64
+_FORMAT_WRONG = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 
 
-def parse_quantity(value: str | int | float) -> Fraction:
-    """Parse a quantity (``"100m"``, ``"1.5Gi"``, ``"1e3"``, ``2``) into an exact fraction."""
-    if isinstance(value, bool):
-        raise QuantityError(f"quantities must be strings or numbers, not {value!r}")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        # YAML turns `cpu: 0.5` into a float; its shortest repr is what the user wrote.
-        value = repr(value)
-    if not isinstance(value, str):
-        raise QuantityError(f"quantities must be strings or numbers, not {type(value).__name__}")
-    match = _QUANTITY.match(value)
-    if match is None:
-        raise QuantityError(
-            f"quantities must match the regular expression "
-            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$', got {value!r}"
-        )
-    number = Fraction(
-        match["number"] if not match["number"].endswith(".") else match["number"][:-1]
-    )
-    if match["binary"]:
-        number *= _BINARY[match["binary"]]
-    elif match["exp"] is not None:
-        exponent = int(match["exp"])
-        if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError(f"quantity exponent out of range in {value!r}")
-        number *= Fraction(10) ** exponent
-    else:
-        number *= _DECIMAL[match["decimal"] or ""]
-    return -number if match["sign"] == "-" else number
+def _split(text: str) -> tuple[bool, str, str, str]:
+    """apimachinery's parseQuantityString: (negative, numerator, fraction digits, suffix).
+
+    Its quirks are kept: leading zeros are skipped, an empty numerator is zero (so ``.5``,
+    ``1.``, and even ``.`` or a lone sign parse), and the suffix is letters from
+    ``eEinumkKMGTP`` followed by an optional sign and digits.
+    """
+    end = len(text)
+    pos = 0
+    negative = False
+    if pos < end and text[pos] in "+-":
+        negative = text[pos] == "-"
+        pos += 1
+    while pos < end and text[pos] == "0":
+        pos += 1
+    if pos >= end:
+        return negative, "0", "", ""
+    start = pos
+    while pos < end and text[pos] in _DIGITS:
+        pos += 1
+    num = text[start:pos] or "0"
+    denom = ""
+    if pos < end and text[pos] == ".":
+        pos += 1
+        start = pos
+        while pos < end and text[pos] in _DIGITS:
+            pos += 1
+        denom = text[start:pos]
+    suffix_start = pos
+    while pos < end and text[pos] in _SUFFIX_CHARS:
+        pos += 1
+    if pos < end and text[pos] in "+-":
+        pos += 1
+    while pos < end and text[pos] in _DIGITS:
+        pos += 1
+    if pos < end:
+        raise QuantityError(f"{_FORMAT_WRONG}, got {text!r}")
+    return negative, num, denom, text[suffix_start:]
+
+
+def _go_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64)."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or any(c not in _DIGITS for c in digits):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def _scale(text: str, suffix: str) -> Fraction:
+    """The factor a suffix stands for: binary SI, decimal SI, or a decimal exponent."""
+    if suffix in _DECIMAL:
+        return _DECIMAL[suffix]
+    if suffix in _BINARY:
+        return Fraction(_BINARY[suffix])
+    if len(suffix) > 1 and suffix[0] in "eE":
+        exponent = _go_int(suffix[1:])
+        if exponent is not None:
+            exponent = (exponent + 2**31) % 2**32 - 2**31  # kube keeps it as an int32
+            # Beyond this the value is certainly over the cap or under one nano; avoid
+            # computing 10**huge.
+            bound = len(text) + 40
+            return Fraction(10) ** max(-bound, min(bound, exponent))
+    raise QuantityError(f"unable to parse quantity's suffix, got {text!r}")
 
 
 def _ceil(value: Fraction) -> int:
     return -((-value.numerator) // value.denominator)
 
 
+def _round_up(value: Fraction) -> int:
+    """Round to an integer away from zero, as kube's RoundUp does."""
+    return _ceil(value) if value >= 0 else -_ceil(-value)
+
+
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Parse a quantity (``"100m"``, ``"1.5Gi"``, ``"1e3"``, ``2``) into an exact fraction.
+
+    As kube does, a non-zero amount is rounded up (away from zero) to a whole nano unit and
+    its magnitude capped at 2^63-1 units.
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"quantities must be strings or numbers, not {value!r}")
+    if isinstance(value, int):
+        value = str(value)
+    elif isinstance(value, float):
+        # YAML turns `cpu: 0.5` into a float; its shortest repr is what the user wrote.
+        value = repr(value)
+    if not isinstance(value, str):
+        raise QuantityError(f"quantities must be strings or numbers, not {type(value).__name__}")
+    # The API server's Quantity.UnmarshalJSON trims white space before parsing.
+    text = value.strip(_GO_SPACE)
+    if not text:
+        raise QuantityError(f"{_FORMAT_WRONG}, got {value!r}")
+    negative, num, denom, suffix = _split(text)
+    amount = Fraction(int(num + denom), 10 ** len(denom)) * _scale(text, suffix)
+    if amount:
+        amount = min(Fraction(_round_up(amount * _NANO), _NANO), _MAX_AMOUNT)
+    return -amount if negative else amount
+
+
 def resource_value(name: str, value: str | int | float) -> int:
-    """The integer kube schedules with: milli-CPU for ``cpu``, units for the rest, rounded up."""
+    """The integer kube schedules with: milli-CPU for ``cpu``, units for the rest, rounded up
+    (away from zero, like kube's MilliValue and Value)."""
     quantity = parse_quantity(value)
-    return _ceil(quantity * 1000) if name == "cpu" else _ceil(quantity)
+    return _round_up(quantity * 1000) if name == "cpu" else _round_up(quantity)
 
 
 def format_milli(millis: int) -> str:

@@ -40,6 +40,9 @@ def run_agent(args: argparse.Namespace) -> int:
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    return Agent(config, pynvml, api).run(once=args.once, wait=stop.wait)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return Agent(config, pynvml, api).run(once=args.once, wait=stop.wait)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -15,7 +15,12 @@ from typing import Any
 
 from scheduler.agent.discovery import ReadFile, discover, read_sysfs_file
 from scheduler.agent.kube import NodeApi
-from scheduler.agent.podresources import PodResources, gpu_assignments, list_pod_resources
+from scheduler.agent.podresources import (
+    PodResources,
+    PodResourcesError,
+    gpu_assignments,
+    list_pod_resources,
+)
 from scheduler.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_TOPOLOGY,
@@ -114,7 +119,12 @@ class Agent:
         out = {ANNOTATION_TOPOLOGY: format_topology(topology)}
         socket = self.config.pod_resources_socket
         if socket and self._socket_exists(socket):
-            pods = self._list_pods(socket)
+            try:
+                pods = self._list_pods(socket)
+            except PodResourcesError as exc:
+                # Publish the topology anyway; the assignments wait for the next sync.
+                log.warning("GPU assignments not refreshed: %s", exc)
+                return out
             uids = self._api.pod_uids(self.config.node_name)
             by_uuid = {g.uuid: g.index for g in topology.gpus if g.uuid}
             assigned = gpu_assignments(pods, by_uuid, uids, self.config.resource_name)

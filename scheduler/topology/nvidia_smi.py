@@ -41,7 +41,11 @@ def _header(lines: Sequence[str], source: str) -> tuple[int, list[str]]:
         for i, name in enumerate(_MULTIWORD):
             text = text.replace(name, f"\x00{i}")
         tokens = text.split()
-        if tokens and _GPU.match(tokens[0]) and line[:1].isspace():
+        if not tokens or tokens[0] != "GPU0":
+            continue
+        second = tokens[1] if len(tokens) > 1 else ""
+        # A row reads "GPU0 X NV1 ...", the header "GPU0 GPU1 ..." or "GPU0 CPU Affinity ...".
+        if not (second == "X" or second in _LEVELS or _NV.match(second)):
             names = [_MULTIWORD[int(t[1:])] if t.startswith("\x00") else t for t in tokens]
             return number, names
     raise TopologyError(f"{source}: no `nvidia-smi topo -m` header line (GPU0 GPU1 ...) found")

@@ -100,8 +100,20 @@ class Topology:
 
     @cached_property
     def key(self) -> str:
-        """Stable content hash: nodes with equal topologies share caches through it."""
-        text = format_topology(self)
+        """Hash of the shape: NUMA node, health and MIG mode per GPU, and the links.
+
+        Identity fields (uuid, model, memory, PCI address) are left out, so nodes whose GPUs
+        connect the same way share one key, one precomputed table and one answer cache.
+        """
+        shape = {
+            "gpus": [[g.numa_node, g.healthy, g.mig_enabled] for g in self.gpus],
+            "links": [
+                [lk.a, lk.b, lk.pcie, lk.nvlinks, lk.nvswitch_links]
+                for lk in sorted(self.links, key=lambda lk: (lk.a, lk.b))
+                if lk.pcie is not None or lk.nvlinks
+            ],
+        }
+        text = json.dumps(shape, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
     @cached_property

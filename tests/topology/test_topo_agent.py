@@ -148,3 +148,72 @@ def test_agent_backs_off_on_errors_and_recovers() -> None:
     assert len(api.patches) == 1
     assert nvml.calls.count("init") == 3  # re-initialised after each NVML failure
     assert nvml.calls.count("shutdown") == 2
+
+
+class _FakeCoreV1:
+    """Records what KubeNodeApi sends to the API server."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, object], str | None]] = []
+
+    def read_node(self, name: str) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(metadata=SimpleNamespace(annotations={"a": "1"}))
+
+    def patch_node(
+        self, name: str, body: dict[str, object], _content_type: str | None = None
+    ) -> None:
+        self.patches.append((name, body, _content_type))
+
+    def list_pod_for_all_namespaces(self, field_selector: str) -> object:
+        from types import SimpleNamespace
+
+        assert field_selector == "spec.nodeName=gpu-1"
+        meta = SimpleNamespace(namespace="ml", name="p", uid="u-1")
+        return SimpleNamespace(items=[SimpleNamespace(metadata=meta)])
+
+
+def test_kube_adapter_sends_merge_patch() -> None:
+    from scheduler.agent.kube import KubeNodeApi
+
+    core = _FakeCoreV1()
+    api = KubeNodeApi(core)
+    assert api.node_annotations("gpu-1") == {"a": "1"}
+    api.patch_node_annotations("gpu-1", {ANNOTATION_TOPOLOGY: "{}", "old": None})
+    assert core.patches == [
+        (
+            "gpu-1",
+            {"metadata": {"annotations": {ANNOTATION_TOPOLOGY: "{}", "old": None}}},
+            "application/merge-patch+json",
+        )
+    ]
+    assert api.pod_uids("gpu-1") == {("ml", "p"): "u-1"}
+
+
+def test_agent_command_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from scheduler.agent.kube import KubeNodeApi
+    from scheduler.cli import main
+
+    api = FakeNodeApi()
+    nvml = FakeNvml(dgx_a100())
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(KubeNodeApi, "connect", classmethod(lambda cls, kubeconfig: api))
+    argv = [
+        "agent",
+        "--node-name",
+        "gpu-1",
+        "--once",
+        "--pod-resources-socket",
+        "/nonexistent.sock",
+    ]
+    assert main(argv) == 0
+    published = parse_topology(api.annotations[ANNOTATION_TOPOLOGY])
+    # No sysfs here: NUMA nodes come from NVML's memory affinity.
+    assert [g.numa_node for g in published.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
+    nvml_missing = FakeNvml(dgx_a100(), init_error=pynvml.NVMLError_LibraryNotFound)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml_missing)
+    assert main(argv) == 1
+    assert main(["agent", "--node-name", "gpu-1", "--interval", "0"]) == 2

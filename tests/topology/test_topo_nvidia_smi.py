@@ -122,3 +122,17 @@ def test_cli_errors_exit_2(
     assert main(["topology", "from-nvidia-smi", path, *args[1:]]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_pasted_text_with_stripped_indentation() -> None:
+    lines = _read("pcie-4gpu").splitlines()
+    pasted = "\n".join(line.strip() for line in lines) + "\n"
+    indented = "\n".join("    " + line for line in lines) + "\n"
+    assert parse_nvidia_smi(pasted) == parse_nvidia_smi(_read("pcie-4gpu"))
+    assert parse_nvidia_smi(indented) == parse_nvidia_smi(_read("pcie-4gpu"))
+
+
+def test_single_gpu_machine() -> None:
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-15\t0\n"
+    topology = parse_nvidia_smi(text)
+    assert topology.size == 1 and topology.links == () and topology.gpus[0].numa_node == 0

@@ -94,3 +94,23 @@ def test_agent_publishes_assignments(tmp_path: Path) -> None:
         published = parse_assignments(api.annotations[ANNOTATION_ASSIGNMENTS], node="gpu-1")
         assert published == {"uid-t": (0, 1, 3), "uid-s": (5,)}
         assert agent.sync_once().patched == ()
+
+
+def test_kubelet_failure_still_publishes_topology() -> None:
+    machine = dgx_a100()
+    api = FakeNodeApi(annotations={ANNOTATION_ASSIGNMENTS: '{"uid-old":[1]}'})
+
+    def broken(socket: str) -> tuple[PodResources, ...]:
+        raise PodResourcesError(f"kubelet pod-resources {socket}: unavailable")
+
+    config = AgentConfig(node_name="gpu-1", pod_resources_socket="/run/kubelet.sock")
+    agent = Agent(
+        config,
+        FakeNvml(machine),
+        api,
+        read_file=fake_sysfs(machine).get,
+        list_pods=broken,
+        socket_exists=lambda path: True,
+    )
+    assert agent.sync_once().patched == ("topo-scheduler.io/gpu-topology",)
+    assert api.annotations[ANNOTATION_ASSIGNMENTS] == '{"uid-old":[1]}'  # left as it was

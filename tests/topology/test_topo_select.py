@@ -172,8 +172,17 @@ def _comb(n: int, k: int) -> int:
 def test_cache_and_shared_precompute() -> None:
     selector = GpuSelector()
     first = builtin_topology("dgx1-v100")
-    second = builtin_topology("dgx1-v100")  # equal content, different object
-    assert first is not second and first.key == second.key
+    # Another DGX-1: other UUIDs and PCI addresses, same shape.
+    second = replace(
+        first,
+        gpus=tuple(
+            replace(g, uuid=f"GPU-{g.index}", pci_bus_id="0000:99:00.0") for g in first.gpus
+        ),
+    )
+    assert first != second and first.key == second.key
+    assert (
+        replace(first, gpus=(replace(first.gpus[0], numa_node=1), *first.gpus[1:])).key != first.key
+    )
     a = selector.best_set(first, 0b10110110, 3)
     work = selector.stats.candidates
     b = selector.best_set(second, 0b10110110, 3)

@@ -1,0 +1,438 @@
+"""The simulated cluster: a clock, the scheduler's own cache, queue and framework, a binder.
+
+Nothing in the decision path knows it is simulated. Each pending pod is popped from
+`scheduler.queue.SchedulingQueue` (clock injected: simulated seconds), decided by
+`Framework.schedule` on the `scheduler.cache.Cache` snapshot, assumed in the cache, and bound by
+an in-memory binder that does what the real one does against the API server: write the chosen
+GPU set on the pod's `topo-scheduler.io/gpus` annotation, set `spec.nodeName`, and deliver the
+bound pod to the cache as the watch would.
+
+Around the scheduler sits a model of the nodes: the kubelet admits the bound pod and its device
+plugin hands out GPUs (the set in the annotation when there is one -- what topo-scheduler
+deploys -- otherwise the policy's device-plugin behaviour: NVIDIA's besteffort, or the lowest
+free indices), and the node agent publishes the kubelet's assignments on the Node
+(`topo-scheduler.io/gpu-assignments`). Completions delete the pod (the cache forgets it) and,
+like a cluster event, move unschedulable pods back to the active queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.cache import Cache
+from scheduler.config import SchedulerConfiguration, default_config, load_config
+from scheduler.framework import Framework, ScheduleResult
+from scheduler.model import NodeInfo, PodInfo
+from scheduler.queue import ClusterEvent, SchedulingQueue
+from scheduler.sim.quality import QualityModel, SetQuality
+from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
+from scheduler.topology.device_plugin import device_plugin_set
+from scheduler.topology.schema import (
+    ANNOTATION_ASSIGNMENTS,
+    ANNOTATION_GPUS,
+    Topology,
+    format_assignments,
+    format_gpu_indices,
+    parse_gpu_indices,
+)
+from scheduler.topology.scoring import mask_to_indices
+
+__all__ = [
+    "POLICIES",
+    "DecisionHook",
+    "InvariantError",
+    "JobRecord",
+    "Simulation",
+    "count_only_config",
+]
+
+POLICIES = ("topology", "count-only", "naive")
+GPU_PLUGIN = "GPUTopology"
+
+ARRIVAL = 0
+COMPLETION = 1
+
+DecisionHook = Callable[["Simulation", PodInfo, ScheduleResult], None]
+"""Called after each decision, before the pod is assumed (the state it was decided on)."""
+
+
+class InvariantError(AssertionError):
+    """The simulated cluster reached an impossible state (a bug, never a scenario problem)."""
+
+
+def count_only_config(scheduler_name: str = "topo-scheduler") -> SchedulerConfiguration:
+    """kube-scheduler's default plugins with GPUs counted as integers (GPUTopology off)."""
+    off = {"disabled": [{"name": GPU_PLUGIN}]}
+    return load_config(
+        {"profiles": [{"schedulerName": scheduler_name, "plugins": {"filter": off, "score": off}}]},
+        origin="count-only",
+    )
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job of the trace."""
+
+    job: Job
+    state: str = "future"  # future | pending | running | completed
+    bound_at: float | None = None
+    node: str | None = None
+    gpus: tuple[int, ...] = ()
+    attempts: int = 0
+    reason: str | None = None  # the last FitError message while pending
+    quality: SetQuality | None = None
+    free_mask: int | None = None  # the node's free GPUs when it was placed
+    topology: Topology | None = None
+
+    @property
+    def wait(self) -> float | None:
+        return None if self.bound_at is None else self.bound_at - self.job.arrival
+
+
+@dataclass
+class _Kubelet:
+    """One node as its kubelet sees it: admitted pods, their requests and GPUs."""
+
+    name: str
+    obj: dict[str, Any]
+    allocatable: dict[str, int]
+    topology: Topology | None
+    used: Counter[str] = field(default_factory=Counter)
+    gpu_sets: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pod uid -> GPUs
+
+    @property
+    def gpu_mask(self) -> int:
+        mask = 0
+        for held in self.gpu_sets.values():
+            for i in held:
+                mask |= 1 << i
+        return mask
+
+    @property
+    def gpu_count(self) -> int:
+        return self.allocatable.get(GPU_RESOURCE, 0)
+
+    def free_gpus(self) -> int:
+        if self.topology is not None:
+            return (self.topology.allocatable_mask & ~self.gpu_mask).bit_count()
+        return self.gpu_count - self.used[GPU_RESOURCE]
+
+
+@dataclass
+class Sample:
+    """Cluster state from `time` until the next sample."""
+
+    time: float
+    used_gpus: int
+    pending: int
+    pending_gpu_jobs: int
+    stranded_gpus: int  # free GPUs on nodes that cannot host the smallest pending GPU job
+    free_gpus: int
+
+
+class Simulation:
+    """One policy over one scenario. `run()` once, then read `records`, `samples`, counters."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: str,
+        config: SchedulerConfiguration | None = None,
+        *,
+        check: bool = False,
+        on_decision: DecisionHook | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        from plugins import frameworks_for
+
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
+        self.scenario = scenario
+        self.policy = policy
+        if policy == "topology":
+            self.config = config or default_config()
+        else:
+            self.config = count_only_config()
+        self.frameworks: dict[str, Framework] = frameworks_for(self.config)
+        self.scheduler_name = self.config.profiles[0].scheduler_name
+        self.check = check
+        self.on_decision = on_decision
+        self.progress = progress
+        self.now = 0.0
+        self.cache = Cache()
+        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: self.now)
+        self.quality = QualityModel()
+        self.records: dict[str, JobRecord] = {
+            f"default/{j.name}": JobRecord(j) for j in scenario.jobs
+        }
+        self.kubelets: dict[str, _Kubelet] = {}
+        self.pod_objects: dict[str, dict[str, Any]] = {}
+        self.samples: list[Sample] = []
+        self.decisions = 0
+        self.scheduled = 0
+        self.schedule_seconds = 0.0  # wall time in scheduling cycles (decide + assume)
+        self.events = 0
+        self.total_gpus = 0
+        self._pending_sizes: Counter[int] = Counter()
+        self._heap: list[tuple[float, int, int, str]] = []
+        self._seq = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def _setup(self) -> None:
+        for obj in self.scenario.node_objects():
+            info = NodeInfo.from_object(obj)
+            topology = None
+            if info.name not in self.kubelets:
+                self.cache.add_node(info)
+                slot = self.cache.snapshot.index[info.name]
+                topology = self.cache.snapshot.gpu_topology[slot]
+            kubelet = _Kubelet(info.name, obj, dict(info.allocatable), topology)
+            self.kubelets[info.name] = kubelet
+            self.total_gpus += kubelet.gpu_count
+        for key, record in self.records.items():
+            self._push(record.job.arrival, ARRIVAL, key)
+
+    def _push(self, at: float, kind: int, key: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, kind, self._seq, key))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> Simulation:
+        """Replay the whole trace; returns self."""
+        self._setup()
+        self._sample()
+        while True:
+            self._drain()
+            if self.check:
+                self.check_invariants()
+            self._sample()
+            next_event = self._heap[0][0] if self._heap else None
+            wake = self.queue.next_wakeup()
+            if next_event is None:
+                pending = self.queue.pending()
+                if not pending["active"] and not pending["backoff"]:
+                    break  # nothing can change any more: the rest stays pending
+            times = [] if next_event is None else [next_event]
+            if wake is not None:
+                times.append(self.now + wake)
+            if not times:
+                break
+            self.now = max(self.now, min(times))
+            while self._heap and self._heap[0][0] <= self.now:
+                _, kind, _, key = heapq.heappop(self._heap)
+                if kind == ARRIVAL:
+                    self._arrive(key)
+                else:
+                    self._complete(key)
+                self.events += 1
+                if self.progress is not None:
+                    self.progress(1)
+        for key, record in self.records.items():
+            if record.state == "pending" and record.reason is None:
+                qp = self.queue.get(key)
+                record.reason = f"never tried (queue: {self.queue.where(key)}; {qp})"
+        return self
+
+    def _drain(self) -> None:
+        """Run scheduling cycles until nothing is poppable at this instant."""
+        while True:
+            qp = self.queue.pop()
+            if qp is None:
+                return
+            self._schedule_one(qp.pod, qp.attempts)
+
+    # ------------------------------------------------------------------ events
+
+    def _arrive(self, key: str) -> None:
+        record = self.records[key]
+        obj = record.job.pod_object(self.scheduler_name)
+        self.pod_objects[key] = obj
+        pod = PodInfo.from_object(obj)
+        record.state = "pending"
+        self._pending_sizes[record.job.gpus] += 1
+        self.queue.add(pod.key, pod.priority, record.job.arrival, pod)
+
+    def _complete(self, key: str) -> None:
+        record = self.records[key]
+        record.state = "completed"
+        obj = self.pod_objects.pop(key)
+        pod = PodInfo.from_object(obj)
+        node = record.node
+        assert node is not None
+        kubelet = self.kubelets[node]
+        for name, amount in pod.requests.items():
+            kubelet.used[name] -= amount
+        if kubelet.gpu_sets.pop(pod.uid, None) is not None:
+            self._publish_assignments(kubelet)
+        # The pod is deleted: the watch reports it, the cache forgets it, and a deleted
+        # assigned pod is a cluster event that may help unschedulable pods.
+        self.cache.remove_pod(key)
+        self.queue.move_all(ClusterEvent.POD_DELETE)
+
+    # ------------------------------------------------------------------ one cycle
+
+    def _schedule_one(self, pod: PodInfo, attempts: int) -> None:
+        key = pod.key
+        record = self.records[key]
+        record.attempts = attempts
+        fw = self.frameworks.get(pod.scheduler_name)
+        if fw is None:
+            self.queue.delete(key)
+            record.reason = f"no profile for schedulerName {pod.scheduler_name!r}"
+            return
+        start = time.perf_counter()
+        result = fw.schedule(pod, self.cache.snapshot)
+        self.schedule_seconds += time.perf_counter() - start
+        self.decisions += 1
+        if self.on_decision is not None:
+            self.on_decision(self, pod, result)
+        if result.node is None:
+            record.reason = result.message or "0/0 nodes are available"
+            self.queue.unschedulable(key)
+            return
+        start = time.perf_counter()
+        self.cache.assume(pod, result.node, result.gpus)
+        self.schedule_seconds += time.perf_counter() - start
+        self._bind(pod, result.node, result.gpus)
+
+    # ------------------------------------------------------------------ the binder
+
+    def _bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
+        """What the API server, kubelet and agent do after the scheduler decides."""
+        key = pod.key
+        obj = self.pod_objects[key]
+        if gpus:  # the real binder: merge-patch the GPU set on the pod, then POST binding
+            obj["metadata"].setdefault("annotations", {})[ANNOTATION_GPUS] = format_gpu_indices(
+                gpus
+            )
+        obj["spec"]["nodeName"] = node
+        obj["status"] = {"phase": "Running"}
+        bound = PodInfo.from_object(obj)
+        self.cache.confirm(key)
+        self.queue.delete(key)
+        kubelet = self.kubelets[node]
+        free_before = None
+        if kubelet.topology is not None:
+            free_before = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask
+        held = self._admit(kubelet, bound)
+        self.cache.add_pod(bound)  # the watch reports the bound pod
+        if held:
+            self._publish_assignments(kubelet)
+        record = self.records[key]
+        record.state = "running"
+        record.bound_at = self.now
+        record.node = node
+        record.gpus = held
+        record.reason = None
+        self.scheduled += 1
+        self._pending_sizes[record.job.gpus] -= 1
+        if held and kubelet.topology is not None and free_before is not None:
+            record.free_mask = free_before
+            record.topology = kubelet.topology
+            record.quality = self.quality.judge(kubelet.topology, free_before, held)
+        self._push(self.now + record.job.duration, COMPLETION, key)
+
+    def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
+        """The kubelet's admission and the device plugin's allocation; returns the GPUs."""
+        for name, amount in pod.requests.items():
+            if kubelet.used[name] + amount > kubelet.allocatable.get(name, 0):
+                raise InvariantError(
+                    f"t={self.now:.0f}s: kubelet on {kubelet.name} rejects {pod.key}: "
+                    f"{name} oversubscribed ({kubelet.used[name]} + {amount} > "
+                    f"{kubelet.allocatable.get(name, 0)})"
+                )
+        for name, amount in pod.requests.items():
+            kubelet.used[name] += amount
+        count = pod.requests.get(GPU_RESOURCE, 0)
+        if count <= 0 or kubelet.topology is None:
+            return ()
+        free = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask
+        text = pod.annotations.get(ANNOTATION_GPUS)
+        if text is not None:
+            gpus = parse_gpu_indices(text, pod=pod.key)
+        elif self.policy == "naive":
+            gpus = mask_to_indices(free)[:count]
+        else:
+            gpus = device_plugin_set(kubelet.topology, free, count)
+        mask = sum(1 << g for g in gpus)
+        if len(gpus) != count or mask & ~free:
+            raise InvariantError(
+                f"t={self.now:.0f}s: device plugin on {kubelet.name} cannot give {pod.key} "
+                f"GPUs {list(gpus)} (free {list(mask_to_indices(free))}, asked {count})"
+            )
+        kubelet.gpu_sets[pod.uid] = gpus
+        return gpus
+
+    def _publish_assignments(self, kubelet: _Kubelet) -> None:
+        """The node agent: the kubelet's GPU assignments on the Node, seen by the cache."""
+        annotations = kubelet.obj["metadata"]["annotations"]
+        annotations[ANNOTATION_ASSIGNMENTS] = format_assignments(kubelet.gpu_sets)
+        self.cache.update_node(NodeInfo.from_object(kubelet.obj))
+
+    # ------------------------------------------------------------------ observation
+
+    def _sample(self) -> None:
+        used = 0
+        free_total = 0
+        stranded = 0
+        sizes = [s for s, n in self._pending_sizes.items() if n > 0 and s > 0]
+        smallest = min(sizes) if sizes else None
+        for kubelet in self.kubelets.values():
+            if not kubelet.gpu_count:
+                continue
+            free = kubelet.free_gpus()
+            used += kubelet.gpu_count - free
+            free_total += free
+            if smallest is not None and 0 < free < smallest:
+                stranded += free
+        pending = sum(self._pending_sizes.values())
+        sample = Sample(self.now, used, pending, sum(n for s, n in self._pending_sizes.items() if s > 0),
+                        stranded, free_total)  # fmt: skip
+        if self.samples and self.samples[-1].time == self.now:
+            self.samples[-1] = sample
+        else:
+            self.samples.append(sample)
+
+    def check_invariants(self) -> None:
+        """No resource oversubscribed anywhere; the cache agrees with the kubelets."""
+        snapshot = self.cache.snapshot
+        for name, kubelet in self.kubelets.items():
+            slot = snapshot.index[name]
+            for resource, row in snapshot.row.items():
+                requested = int(snapshot.requested[row, slot])
+                allocatable = int(snapshot.allocatable[row, slot])
+                if requested > allocatable and requested > 0:
+                    raise InvariantError(
+                        f"t={self.now:.0f}s: node {name}: {resource} oversubscribed in the "
+                        f"cache ({requested} > {allocatable})"
+                    )
+                if requested != kubelet.used.get(resource, 0) and resource != "pods":
+                    raise InvariantError(
+                        f"t={self.now:.0f}s: node {name}: cache has {requested} {resource} "
+                        f"requested, kubelet {kubelet.used.get(resource, 0)}"
+                    )
+            seen = 0
+            for uid, held in kubelet.gpu_sets.items():
+                mask = sum(1 << g for g in held)
+                if mask & seen:
+                    raise InvariantError(f"t={self.now:.0f}s: node {name}: GPU held twice ({uid})")
+                seen |= mask
+            if kubelet.topology is not None:
+                if seen & ~kubelet.topology.allocatable_mask:
+                    raise InvariantError(f"t={self.now:.0f}s: node {name}: GPU out of range")
+                if int(snapshot.gpu_used[slot]) != seen:
+                    raise InvariantError(
+                        f"t={self.now:.0f}s: node {name}: cache GPUs "
+                        f"{list(mask_to_indices(int(snapshot.gpu_used[slot])))} != kubelet "
+                        f"{list(mask_to_indices(seen))}"
+                    )
+        for key, record in self.records.items():
+            if record.state == "pending" and key not in self.queue:
+                raise InvariantError(f"t={self.now:.0f}s: pending pod {key} left the queue")

@@ -1,0 +1,518 @@
+"""Simulation scenarios: node templates times counts, and a trace of jobs (explicit or generated).
+
+A scenario is YAML (documented in docs/simulator.md, example in examples/scenario.yaml). It is
+turned into plain Kubernetes objects here -- Nodes with the GPU topology annotation and Pods
+with their requests -- so the simulator feeds the scheduler exactly what a cluster would.
+Errors name the field (``jobs[1].gpus: weights must be numbers >= 0``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler.quantity import QuantityError, resource_value
+from scheduler.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
+from scheduler.topology.schema import (
+    ANNOTATION_PLACEMENT,
+    ANNOTATION_TOPOLOGY,
+    Placement,
+    Topology,
+    TopologyError,
+    format_topology,
+    topology_from_dict,
+)
+
+__all__ = [
+    "EPOCH",
+    "GPU_RESOURCE",
+    "SCHEDULER_NAME",
+    "Job",
+    "NodeTemplate",
+    "Scenario",
+    "ScenarioError",
+    "bundled_scenario_path",
+    "load_scenario",
+    "parse_scenario",
+]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SCHEDULER_NAME = "topo-scheduler"
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+"""Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
+
+_TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
+_NODE_FIELDS = {"name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint"}
+_JOB_FIELDS = {
+    "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
+    "placement", "priority", "count", "interval",
+}  # fmt: skip
+_GEN_FIELDS = {
+    "generate", "namePrefix", "arrivals", "duration", "gpus", "cpu", "memory", "cpuPerGpu",
+    "memoryPerGpu", "placement", "priority",
+}  # fmt: skip
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used; the message starts with the field path."""
+
+
+@dataclass(frozen=True)
+class NodeTemplate:
+    name: str
+    count: int
+    resources: dict[str, str]
+    labels: dict[str, str]
+    taints: list[dict[str, str]]
+    topology: Topology | None
+    topology_name: str  # built-in name, "inline", or "" for no GPU topology
+
+
+@dataclass(frozen=True)
+class Job:
+    """One pod of the trace: when it arrives, how long it runs once started, what it asks."""
+
+    name: str
+    arrival: float
+    duration: float
+    gpus: int
+    cpu: str
+    memory: str
+    placement: str | None = None
+    priority: int = 0
+
+    def pod_object(self, scheduler_name: str = SCHEDULER_NAME) -> dict[str, Any]:
+        """The Pod as a user would submit it to the topo-scheduler."""
+        requests: dict[str, Any] = {"cpu": self.cpu, "memory": self.memory}
+        spec: dict[str, Any] = {
+            "schedulerName": scheduler_name,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.local/train:v1" if self.gpus else "registry.local/etl:v1",
+                    "resources": {"requests": requests},
+                }
+            ],
+        }
+        if self.gpus:
+            requests[GPU_RESOURCE] = str(self.gpus)
+            spec["containers"][0]["resources"]["limits"] = {GPU_RESOURCE: str(self.gpus)}
+            spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
+        if self.priority:
+            spec["priority"] = self.priority
+        annotations = {ANNOTATION_PLACEMENT: self.placement} if self.placement else {}
+        created = EPOCH + timedelta(seconds=self.arrival)
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": self.name,
+                "namespace": "default",
+                "uid": f"uid-{self.name}",
+                "annotations": annotations,
+                "creationTimestamp": created.isoformat().replace("+00:00", "Z"),
+            },
+            "spec": spec,
+            "status": {"phase": "Pending"},
+        }
+
+
+@dataclass
+class Scenario:
+    name: str
+    seed: int
+    templates: list[NodeTemplate]
+    jobs: list[Job]
+    description: str = ""
+    source: str = "<scenario>"
+    node_names: list[str] = field(default_factory=list)
+
+    def node_objects(self) -> list[dict[str, Any]]:
+        """Every Node of the cluster, named `<template>-<i>`."""
+        out: list[dict[str, Any]] = []
+        for t in self.templates:
+            for i in range(t.count):
+                name = f"{t.name}-{i}"
+                annotations: dict[str, str] = {}
+                if t.topology is not None:
+                    annotations[ANNOTATION_TOPOLOGY] = format_topology(t.topology)
+                labels = {"kubernetes.io/hostname": name, **t.labels}
+                out.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+                        "spec": {"taints": [dict(x) for x in t.taints]},
+                        "status": {"allocatable": dict(t.resources)},
+                    }
+                )
+        return out
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(t.count * int(t.resources.get(GPU_RESOURCE, "0")) for t in self.templates)
+
+    @property
+    def node_count(self) -> int:
+        return sum(t.count for t in self.templates)
+
+
+# ---------------------------------------------------------------------------- field helpers
+
+
+def _mapping(value: Any, path: str, *, required: bool = False) -> Mapping[str, Any]:
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{path}: must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    for key in data:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            raise ScenarioError(f"{where}: unknown field (known: {', '.join(sorted(allowed))})")
+
+
+def _number(
+    value: Any, path: str, *, default: float | None = None, minimum: float = 0.0
+) -> float:
+    if value is None:
+        if default is None:
+            raise ScenarioError(f"{path}: is required")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ScenarioError(f"{path}: must be a number, got {value!r}")
+    if value < minimum:
+        raise ScenarioError(f"{path}: must be >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, path: str, *, default: int | None = None, minimum: int = 0) -> int:
+    if value is None:
+        if default is None:
+            raise ScenarioError(f"{path}: is required")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{path}: must be an integer, got {value!r}")
+    if value < minimum:
+        raise ScenarioError(f"{path}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _string(value: Any, path: str, *, default: str | None = None) -> str:
+    if value is None:
+        if default is None:
+            raise ScenarioError(f"{path}: is required")
+        return default
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(f"{path}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _quantity(value: Any, resource: str, path: str, *, default: str) -> str:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ScenarioError(f"{path}: must be a quantity such as 8 or 64Gi, got {value!r}")
+    try:
+        amount = resource_value(resource, value)
+    except QuantityError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+    if amount < 0:
+        raise ScenarioError(f"{path}: must be >= 0, got {value!r}")
+    return str(value)
+
+
+def _scaled(quantity: str, resource: str, factor: int) -> int:
+    """A quantity times an integer, in kube's units (milli-CPU, bytes)."""
+    return resource_value(resource, quantity) * factor
+
+
+def _name(value: Any, path: str) -> str:
+    name = _string(value, path)
+    ok = all(c.isalnum() or c in "-." for c in name) and name[0].isalnum()
+    if not ok or name.lower() != name:
+        raise ScenarioError(f"{path}: {name!r} is not a valid name (lowercase, digits, '-', '.')")
+    return name
+
+
+def _placement(value: Any, path: str) -> str | None:
+    if value is None:
+        return None
+    known = [p.value for p in Placement]
+    if value not in known:
+        raise ScenarioError(f"{path}: must be one of {', '.join(known)}, got {value!r}")
+    return str(value)
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def _topology(value: Any, path: str) -> tuple[Topology | None, str]:
+    if value is None:
+        return None, ""
+    if isinstance(value, str):
+        if value not in BUILTIN_TOPOLOGIES:
+            raise ScenarioError(
+                f"{path}: unknown built-in topology {value!r} (known: {', '.join(BUILTIN_TOPOLOGIES)})"
+            )
+        return builtin_topology(value), value
+    if isinstance(value, Mapping):
+        try:
+            return topology_from_dict(value, node=path), "inline"
+        except TopologyError as exc:
+            # "node <path>: annotation ...: gpus[0].index: ..." -> keep the inner field path
+            text = str(exc)
+            marker = f"annotation {ANNOTATION_TOPOLOGY}: "
+            inner = text.split(marker, 1)[1] if marker in text else text
+            raise ScenarioError(f"{path}.{inner}") from None
+    raise ScenarioError(
+        f"{path}: must be a built-in topology name or a mapping in the annotation format"
+    )
+
+
+def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
+    path = f"nodes[{i}]"
+    data = _mapping(raw, path, required=True)
+    _no_unknown(data, _NODE_FIELDS, path)
+    name = _name(data.get("name"), f"{path}.name")
+    if name in seen:
+        raise ScenarioError(f"{path}.name: template {name!r} defined twice")
+    seen.add(name)
+    count = _integer(data.get("count"), f"{path}.count", default=1)
+    topology, topology_name = _topology(data.get("gpuTopology"), f"{path}.gpuTopology")
+    raw_resources = _mapping(data.get("resources"), f"{path}.resources")
+    resources: dict[str, str] = {}
+    for key, value in raw_resources.items():
+        resources[str(key)] = _quantity(value, str(key), f"{path}.resources.{key}", default="0")
+    for key in ("cpu", "memory"):
+        if key not in resources:
+            raise ScenarioError(f"{path}.resources.{key}: is required")
+    resources.setdefault("pods", "110")
+    if topology is not None:
+        gpus = resources.setdefault(GPU_RESOURCE, str(topology.size))
+        if resource_value(GPU_RESOURCE, gpus) > topology.size:
+            raise ScenarioError(
+                f"{path}.resources.{GPU_RESOURCE}: {gpus} exceeds the {topology.size} GPUs "
+                "of gpuTopology"
+            )
+    labels_raw = _mapping(data.get("labels"), f"{path}.labels")
+    labels: dict[str, str] = {}
+    for key, value in labels_raw.items():
+        labels[str(key)] = _string(str(value), f"{path}.labels.{key}")
+    taints: list[dict[str, str]] = []
+    raw_taints = data.get("taints")
+    if raw_taints is not None and not isinstance(raw_taints, list):
+        raise ScenarioError(f"{path}.taints: must be a list")
+    for j, taint in enumerate(raw_taints or []):
+        tpath = f"{path}.taints[{j}]"
+        item = _mapping(taint, tpath, required=True)
+        _no_unknown(item, {"key", "value", "effect"}, tpath)
+        effect = _string(item.get("effect"), f"{tpath}.effect", default="NoSchedule")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ScenarioError(
+                f"{tpath}.effect: must be NoSchedule, PreferNoSchedule or NoExecute, got {effect!r}"
+            )
+        taints.append(
+            {
+                "key": _string(item.get("key"), f"{tpath}.key"),
+                "value": str(item.get("value") or ""),
+                "effect": effect,
+            }
+        )
+    gpu_taint = data.get("gpuTaint", True)
+    if not isinstance(gpu_taint, bool):
+        raise ScenarioError(f"{path}.gpuTaint: must be true or false, got {gpu_taint!r}")
+    if gpu_taint and resource_value(GPU_RESOURCE, resources.get(GPU_RESOURCE, "0")) > 0:
+        taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
+        labels.setdefault("nvidia.com/gpu.present", "true")
+    return NodeTemplate(name, count, resources, labels, taints, topology, topology_name)
+
+
+# ---------------------------------------------------------------------------- jobs
+
+
+def _requests(data: Mapping[str, Any], path: str, gpus: int) -> tuple[str, str]:
+    cpu = _quantity(data.get("cpu"), "cpu", f"{path}.cpu", default="1")
+    memory = _quantity(data.get("memory"), "memory", f"{path}.memory", default="2Gi")
+    cpu_per = _quantity(data.get("cpuPerGpu"), "cpu", f"{path}.cpuPerGpu", default="0")
+    mem_per = _quantity(data.get("memoryPerGpu"), "memory", f"{path}.memoryPerGpu", default="0")
+    millis = resource_value("cpu", cpu) + _scaled(cpu_per, "cpu", gpus)
+    memory_bytes = resource_value("memory", memory) + _scaled(mem_per, "memory", gpus)
+    return f"{millis}m", str(memory_bytes)
+
+
+def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
+    _no_unknown(data, _JOB_FIELDS, path)
+    name = _name(data.get("name"), f"{path}.name")
+    arrival = _number(data.get("arrival"), f"{path}.arrival", default=0.0)
+    duration = _number(data.get("duration"), f"{path}.duration")
+    if duration <= 0:
+        raise ScenarioError(f"{path}.duration: must be > 0, got {duration:g}")
+    gpus = _integer(data.get("gpus"), f"{path}.gpus", default=0)
+    count = _integer(data.get("count"), f"{path}.count", default=1, minimum=1)
+    interval = _number(data.get("interval"), f"{path}.interval", default=0.0)
+    cpu, memory = _requests(data, path, gpus)
+    placement = _placement(data.get("placement"), f"{path}.placement")
+    priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
+    return [
+        Job(
+            name if count == 1 else f"{name}-{k}",
+            arrival + k * interval,
+            duration,
+            gpus,
+            cpu,
+            memory,
+            placement,
+            priority,
+        )
+        for k in range(count)
+    ]
+
+
+def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]]:
+    data = _mapping(value, path, required=True)
+    out: list[tuple[Any, float]] = []
+    for key, weight in data.items():
+        if keys_int:
+            if isinstance(key, bool) or not isinstance(key, int) or key < 0:
+                raise ScenarioError(f"{path}.{key}: GPU count must be an integer >= 0")
+        w = _number(weight, f"{path}.{key}")
+        out.append((key, w))
+    return out
+
+
+def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -> list[Job]:
+    _no_unknown(data, _GEN_FIELDS, path)
+    count = _integer(data.get("generate"), f"{path}.generate")
+    prefix = _name(data.get("namePrefix", f"job{index}"), f"{path}.namePrefix")
+    arrivals = _mapping(data.get("arrivals"), f"{path}.arrivals")
+    _no_unknown(arrivals, {"start", "meanInterval"}, f"{path}.arrivals")
+    start = _number(arrivals.get("start"), f"{path}.arrivals.start", default=0.0)
+    mean_interval = _number(
+        arrivals.get("meanInterval"), f"{path}.arrivals.meanInterval", default=60.0
+    )
+    dur = _mapping(data.get("duration"), f"{path}.duration")
+    _no_unknown(dur, {"median", "sigma", "min", "max"}, f"{path}.duration")
+    median = _number(dur.get("median"), f"{path}.duration.median", default=1800.0)
+    if median <= 0:
+        raise ScenarioError(f"{path}.duration.median: must be > 0")
+    sigma = _number(dur.get("sigma"), f"{path}.duration.sigma", default=1.0)
+    low = _number(dur.get("min"), f"{path}.duration.min", default=60.0)
+    high = _number(dur.get("max"), f"{path}.duration.max", default=86400.0)
+    if low <= 0 or high < low:
+        raise ScenarioError(f"{path}.duration: need 0 < min <= max, got min {low:g}, max {high:g}")
+    sizes = _weights(data.get("gpus", {1: 1}), f"{path}.gpus", keys_int=True)
+    if sum(w for _, w in sizes) <= 0:
+        raise ScenarioError(f"{path}.gpus: at least one weight must be > 0")
+    placement_raw = _weights(data.get("placement", {}), f"{path}.placement", keys_int=False)
+    placements: list[tuple[str | None, float]] = []
+    for key, share in placement_raw:
+        _placement(key, f"{path}.placement.{key}")
+        if share > 1:
+            raise ScenarioError(f"{path}.placement.{key}: a share must be between 0 and 1")
+        placements.append((str(key), share))
+    if sum(s for _, s in placements) > 1:
+        raise ScenarioError(f"{path}.placement: shares add up to more than 1")
+    priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
+    rng = random.Random(f"{seed}/{index}")
+    size_values = [k for k, _ in sizes]
+    size_weights = [w for _, w in sizes]
+    jobs: list[Job] = []
+    t = start
+    for k in range(count):
+        if k:
+            t += rng.expovariate(1.0 / mean_interval) if mean_interval > 0 else 0.0
+        gpus = int(rng.choices(size_values, size_weights)[0])
+        duration = min(high, max(low, median * math.exp(sigma * rng.gauss(0.0, 1.0))))
+        placement: str | None = None
+        if gpus > 1 and placements:
+            roll = rng.random()
+            acc = 0.0
+            for value, share in placements:
+                acc += share
+                if roll < acc:
+                    placement = value
+                    break
+        cpu, memory = _requests(data, path, gpus)
+        jobs.append(
+            Job(
+                f"{prefix}-{k:04d}",
+                round(t, 3),
+                round(duration, 3),
+                gpus,
+                cpu,
+                memory,
+                placement,
+                priority,
+            )
+        )
+    return jobs
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def parse_scenario(data: Any, *, source: str = "<scenario>", seed: int | None = None) -> Scenario:
+    """Validate a decoded scenario and expand it; `seed` overrides the scenario's own."""
+    top = _mapping(data, "scenario", required=True)
+    _no_unknown(top, _TOP_FIELDS, "")
+    name = _string(top.get("name"), "name", default=Path(source).stem or "scenario")
+    description = str(top.get("description") or "")
+    own_seed = _integer(top.get("seed"), "seed", default=1)
+    used_seed = own_seed if seed is None else seed
+    raw_nodes = top.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ScenarioError("nodes: must be a non-empty list of node templates")
+    seen: set[str] = set()
+    templates = [_node_template(raw, i, seen) for i, raw in enumerate(raw_nodes)]
+    raw_jobs = top.get("jobs")
+    if not isinstance(raw_jobs, list) or not raw_jobs:
+        raise ScenarioError("jobs: must be a non-empty list of jobs or job generators")
+    jobs: list[Job] = []
+    for i, raw in enumerate(raw_jobs):
+        path = f"jobs[{i}]"
+        item = _mapping(raw, path, required=True)
+        if "generate" in item:
+            jobs.extend(_generated_jobs(item, path, used_seed, i))
+        else:
+            jobs.extend(_explicit_jobs(item, path))
+    names: dict[str, int] = {}
+    for job in jobs:
+        if job.name in names:
+            raise ScenarioError(f"jobs: job name {job.name!r} is used twice")
+        names[job.name] = 1
+    jobs.sort(key=lambda j: (j.arrival, j.name))
+    return Scenario(name, used_seed, templates, jobs, description, source)
+
+
+def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
+    """Read and validate a scenario file; errors start with the file name and the field."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{source}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
+    try:
+        return parse_scenario(data, source=source, seed=seed)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
+
+
+def bundled_scenario_path() -> Path:
+    """The default scenario shipped with the package."""
+    return Path(str(resources.files("scheduler.sim") / "data" / "default.yaml"))
