@@ -40,8 +40,11 @@ def string_list(raw: Any, path: str) -> tuple[str, ...]:
 def resource_specs(
     raw: Any, path: str, default: tuple[ResourceSpec, ...]
 ) -> tuple[ResourceSpec, ...]:
-    """A `resources: [{name, weight}]` list; weights must be 1..100 as in kube."""
-    if raw is None:
+    """A `resources: [{name, weight}]` list; weights must be 1..100 as in kube.
+
+    Missing or empty means the default set, as kube's v1 defaulting does.
+    """
+    if raw is None or (isinstance(raw, list) and not raw):
         return default
     if not isinstance(raw, list):
         raise ConfigError(f"{path}: must be a list, got {type(raw).__name__}")

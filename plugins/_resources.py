@@ -58,6 +58,14 @@ def vector_inputs(
     pod: PodInfo, snapshot: Snapshot, resources: Sequence[ResourceSpec], use_requested: bool
 ) -> list[tuple[IntArray, IntArray, int]]:
     """(allocatable, requested-after-pod, weight) rows for the resources that take part."""
+    rows = vector_rows(pod, snapshot, resources, use_requested)
+    return [(snapshot.allocatable[row], used, weight) for row, used, weight in rows]
+
+
+def vector_rows(
+    pod: PodInfo, snapshot: Snapshot, resources: Sequence[ResourceSpec], use_requested: bool
+) -> list[tuple[int, IntArray, int]]:
+    """(resource row, requested-after-pod, weight) for the resources that take part."""
     rows = []
     for spec in resources:
         name = spec.name
@@ -77,7 +85,7 @@ def vector_inputs(
         else:
             continue
         assert row is not None
-        rows.append((snapshot.allocatable[row], used + request, spec.weight))
+        rows.append((row, used + request, spec.weight))
     return rows
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from plugins._args import ResourceSpec, args_mapping, resource_specs
-from plugins._resources import pod_request, reference_inputs, vector_inputs
+from plugins._resources import pod_request, reference_inputs, vector_rows
+from scheduler.config import ConfigError
 from scheduler.framework import MAX_NODE_SCORE
 from scheduler.model import PodInfo
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
@@ -52,20 +53,24 @@ class BalancedAllocation:
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
         if self._skip(pod):
             return None
-        inputs = vector_inputs(pod, snapshot, self.resources, use_requested=True)
+        rows = vector_rows(pod, snapshot, self.resources, use_requested=True)
         n = snapshot.capacity
-        if not inputs:
+        if not rows:
             return np.full(n, MAX_NODE_SCORE, np.int64)
+        if len(rows) == 2 and not any(snapshot.missing_anywhere(r) for r, _, _ in rows):
+            # The common case: cpu and memory on every node, std = |f0 - f1| / 2.
+            (r0, used0, _), (r1, used1, _) = rows
+            f0 = np.minimum(used0 / snapshot.allocatable[r0], 1.0)
+            f1 = np.minimum(used1 / snapshot.allocatable[r1], 1.0)
+            scores: IntArray = ((1 - np.abs((f0 - f1) / 2)) * MAX_NODE_SCORE).astype(np.int64)
+            return scores
+        inputs = [(snapshot.allocatable[r], used, w) for r, used, w in rows]
         fractions = []
         valid = []
         for allocatable, requested, _ in inputs:
             present = allocatable != 0
             fractions.append(np.minimum(requested / np.maximum(allocatable, 1), 1.0))
             valid.append(present)
-        if len(inputs) == 2 and not any(np.any(feasible & ~ok) for ok in valid):
-            # The common case: cpu and memory present on every feasible node.
-            std2 = np.abs((fractions[0] - fractions[1]) / 2)
-            return ((1 - std2) * MAX_NODE_SCORE).astype(np.int64)
         frac = np.vstack(fractions)
         ok = np.vstack(valid)
         count = ok.sum(axis=0)
@@ -116,6 +121,9 @@ class BalancedAllocation:
 
 def new(args: Mapping[str, Any] | None, path: str) -> BalancedAllocation:
     data = args_mapping(args, path, {"resources"})
-    return BalancedAllocation(
-        resource_specs(data.get("resources"), f"{path}.resources", DEFAULT_RESOURCES)
-    )
+    resources = resource_specs(data.get("resources"), f"{path}.resources", DEFAULT_RESOURCES)
+    for i, spec in enumerate(resources):
+        # kube's ValidateNodeResourcesBalancedAllocationArgs: the weight is unused and must be 1.
+        if spec.weight != 1:
+            raise ConfigError(f"{path}.resources[{i}].weight: must be 1, got {spec.weight}")
+    return BalancedAllocation(resources)

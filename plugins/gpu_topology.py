@@ -16,7 +16,7 @@ good sets the node the pod fills most tightly wins.
 The vector path groups the candidate nodes by (topology id, free-GPU mask) with numpy and asks
 the selector once per group; the reference path walks nodes one by one with a brute-force
 search, and tests hold the two equal. The Allocator hands the chosen node's best set to the
-binder.
+binder (the lowest free indices on a node without a topology).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ from scheduler.topology.scoring import DEFAULT_TABLE, PairScoreTable, pair_matri
 from scheduler.topology.select import GpuSelector
 
 NAME = "GPUTopology"
+_KEY_BITS = 32
+_KEY_MASK = (1 << _KEY_BITS) - 1
 DEFAULT_RESOURCE = "nvidia.com/gpu"
 QUALITY_POINTS = 80
 PACKING_POINTS = 20
@@ -95,12 +97,7 @@ class _Verdicts:
 
 
 def _popcount(values: IntArray) -> IntArray:
-    counts = np.zeros_like(values)
-    work = values.copy()
-    while work.any():
-        counts += work & 1
-        work >>= 1
-    return counts
+    return np.bitwise_count(values).astype(np.int64)
 
 
 def reference_best(
@@ -162,10 +159,17 @@ class GPUTopology:
         allocatable = np.array([t.allocatable_mask for t in snapshot.topologies], np.int64)
         tids = snapshot.gpu_topology_id[slots]
         free = allocatable[tids] & ~snapshot.gpu_used[slots]
-        groups, inverse = np.unique(np.stack([tids, free], axis=1), axis=0, return_inverse=True)
+        # Nodes sharing a topology and a free mask share the answer: one search per group.
+        # Free masks of nodes up to 32 GPUs fit beside the topology id in one int64 key.
+        if max(t.size for t in snapshot.topologies) <= _KEY_BITS:
+            keys, inverse = np.unique((tids << _KEY_BITS) | free, return_inverse=True)
+            groups = [(int(k) >> _KEY_BITS, int(k) & _KEY_MASK) for k in keys]
+        else:
+            pairs, inverse = np.unique(np.stack([tids, free], axis=1), axis=0, return_inverse=True)
+            groups = [(int(t), int(f)) for t, f in pairs]
         group_fits = np.zeros(len(groups), np.bool_)
         group_scores = np.zeros(len(groups), np.int64)
-        for g, (tid, free_mask) in enumerate(groups.tolist()):
+        for g, (tid, free_mask) in enumerate(groups):
             chosen = self.selector.best_set(snapshot.topologies[tid], free_mask, count, placement)
             if chosen is not None:
                 group_fits[g] = True
@@ -311,11 +315,21 @@ class GPUTopology:
     # ------------------------------------------------------------------ allocate
 
     def allocate(self, pod: PodInfo, snapshot: Snapshot, slot: int) -> Allocation | None:
-        """The best set on the chosen node; None on a node without a topology."""
+        """The best set on the chosen node.
+
+        On a node without a topology every pair looks alike, so the set is the lowest free
+        indices (what the device plugin picks when it sees no links), without a score.
+        """
         count = self._count(pod)
-        topology = snapshot.gpu_topology[slot]
-        if count <= 0 or topology is None:
+        if count <= 0:
             return None
+        topology = snapshot.gpu_topology[slot]
+        if topology is None:
+            row = snapshot.row.get(self.args.resource_name)
+            total = int(snapshot.allocatable[row, slot]) if row is not None else 0
+            used = int(snapshot.gpu_used[slot])
+            unused = [i for i in range(total) if not used >> i & 1]
+            return Allocation(tuple(unused[:count])) if len(unused) >= count else None
         placement, _ = self._placement(pod)
         free = topology.allocatable_mask & ~int(snapshot.gpu_used[slot])
         chosen = self.selector.best_set(topology, free, count, placement)

@@ -23,7 +23,7 @@ from plugins._resources import (
     node_totals,
     reference_inputs,
     trunc_div,
-    vector_inputs,
+    vector_rows,
 )
 from scheduler.config import ConfigError
 from scheduler.framework import MAX_NODE_SCORE, ReasonMasks
@@ -190,16 +190,17 @@ class NodeResourcesFit:
     # ------------------------------------------------------------------ score
 
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
-        rows = vector_inputs(pod, snapshot, self.args.resources, use_requested=False)
+        rows = vector_rows(pod, snapshot, self.args.resources, use_requested=False)
         node_score = np.zeros(snapshot.capacity, np.int64)
         if not rows:
             return node_score
-        # Nodes without a resource skip it (and its weight); when every feasible node has
-        # every resource, the weight sum is one number and the arithmetic stays simple.
-        uniform = not any(np.any(feasible & (allocatable == 0)) for allocatable, _, _ in rows)
+        # Nodes without a resource skip it (and its weight); when every node has every
+        # resource, the weight sum is one number and the arithmetic stays simple.
+        uniform = not any(snapshot.missing_anywhere(row) for row, _, _ in rows)
         weight_sum: IntArray | int = 0
         strategy = self.args.strategy
-        for allocatable, requested, weight in rows:
+        for row, requested, weight in rows:
+            allocatable = snapshot.allocatable[row]
             present = allocatable != 0
             safe = np.maximum(allocatable, 1)
             if strategy == REQUESTED_TO_CAPACITY_RATIO:

@@ -7,6 +7,7 @@ node's taints change (the snapshot's node generation).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,19 @@ from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "TaintToleration"
 _CACHE_LIMIT = 256
+
+
+_SnapshotRef = weakref.ref[Snapshot]
+
+
+def _fresh(cached: tuple[_SnapshotRef, int, int, object], snapshot: Snapshot) -> bool:
+    """A cached verdict holds for this very snapshot (a framework may outlive a cache) at the
+    same node generation and size."""
+    return (
+        cached[0]() is snapshot
+        and cached[1] == snapshot.node_generation
+        and cached[2] == snapshot.capacity
+    )
 
 
 def untolerated_reason(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> str | None:
@@ -42,16 +56,20 @@ class TaintToleration:
     name = NAME
 
     def __init__(self) -> None:
-        self._filter_cache: dict[tuple[Toleration, ...], tuple[int, int, ReasonMasks]] = {}
-        self._score_cache: dict[tuple[Toleration, ...], tuple[int, int, IntArray]] = {}
+        self._filter_cache: dict[
+            tuple[Toleration, ...], tuple[_SnapshotRef, int, int, ReasonMasks]
+        ] = {}
+        self._score_cache: dict[
+            tuple[Toleration, ...], tuple[_SnapshotRef, int, int, IntArray]
+        ] = {}
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
         if not snapshot.tainted:
             return []
         key = pod.tolerations
         cached = self._filter_cache.get(key)
-        if cached and cached[0] == snapshot.node_generation and cached[1] == snapshot.capacity:
-            return cached[2]
+        if cached and _fresh(cached, snapshot):
+            return cached[3]
         by_reason: dict[str, BoolArray] = {}
         for slot in snapshot.tainted:
             info = snapshot.nodes[slot]
@@ -65,7 +83,12 @@ class TaintToleration:
         masks = list(by_reason.items())
         if len(self._filter_cache) >= _CACHE_LIMIT:
             self._filter_cache.clear()
-        self._filter_cache[key] = (snapshot.node_generation, snapshot.capacity, masks)
+        self._filter_cache[key] = (
+            weakref.ref(snapshot),
+            snapshot.node_generation,
+            snapshot.capacity,
+            masks,
+        )
         return masks
 
     def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
@@ -75,8 +98,8 @@ class TaintToleration:
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
         key = pod.tolerations
         cached = self._score_cache.get(key)
-        if cached and cached[0] == snapshot.node_generation and cached[1] == snapshot.capacity:
-            return cached[2]
+        if cached and _fresh(cached, snapshot):
+            return cached[3]
         counts = np.zeros(snapshot.capacity, np.int64)
         for slot in snapshot.tainted:
             info = snapshot.nodes[slot]
@@ -84,7 +107,12 @@ class TaintToleration:
                 counts[slot] = intolerable_prefer_no_schedule(info.taints, pod.tolerations)
         if len(self._score_cache) >= _CACHE_LIMIT:
             self._score_cache.clear()
-        self._score_cache[key] = (snapshot.node_generation, snapshot.capacity, counts)
+        self._score_cache[key] = (
+            weakref.ref(snapshot),
+            snapshot.node_generation,
+            snapshot.capacity,
+            counts,
+        )
         return counts
 
     def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:

@@ -89,6 +89,7 @@ class SchedulingQueue(Generic[T]):
         self._active_seq: dict[str, int] = {}
         self._backoff: list[tuple[float, int, str]] = []
         self._backoff_seq: dict[str, int] = {}
+        self._unschedulable: dict[str, None] = {}  # insertion-ordered: oldest first
         self._seq = itertools.count()
         self._moves = 0  # move requests so far (kube's moveRequestCycle)
 
@@ -150,6 +151,7 @@ class SchedulingQueue(Generic[T]):
             return False
         del self._where[key]
         del self._pods[key]
+        self._unschedulable.pop(key, None)
         self._active_seq.pop(key, None)
         self._backoff_seq.pop(key, None)
         return True
@@ -184,6 +186,7 @@ class SchedulingQueue(Generic[T]):
             qp.since = self._clock()
             qp.backoff_until = qp.since + self.backoff_duration(qp.attempts)
             self._where[key] = Where.UNSCHEDULABLE
+            self._unschedulable[key] = None
         return True
 
     def retry(self, key: str) -> bool:
@@ -197,12 +200,10 @@ class SchedulingQueue(Generic[T]):
     def move_all(self, event: ClusterEvent) -> int:
         """A cluster event that may help: every unschedulable pod goes back (backoff honoured)."""
         self._moves += 1
-        moved = 0
-        for key, where in list(self._where.items()):
-            if where is Where.UNSCHEDULABLE:
-                self._to_active_or_backoff(self._pods[key])
-                moved += 1
-        return moved
+        moved = list(self._unschedulable)
+        for key in moved:
+            self._to_active_or_backoff(self._pods[key])
+        return len(moved)
 
     def flush(self) -> None:
         """Move due backoff pods to active and stale unschedulable pods back (5 min)."""
@@ -213,11 +214,11 @@ class SchedulingQueue(Generic[T]):
                 continue
             del self._backoff_seq[key]
             self._to_active(self._pods[key])
-        for key, where in list(self._where.items()):
-            if where is Where.UNSCHEDULABLE:
-                qp = self._pods[key]
-                if now - qp.since >= self.max_unschedulable:
-                    self._to_active_or_backoff(qp)
+        for key in list(self._unschedulable):
+            qp = self._pods[key]
+            if now - qp.since < self.max_unschedulable:
+                break  # oldest first: the rest are younger
+            self._to_active_or_backoff(qp)
 
     def next_wakeup(self) -> float | None:
         """Seconds until something becomes poppable without an event (0 if now; None: never)."""
@@ -225,16 +226,15 @@ class SchedulingQueue(Generic[T]):
             return 0.0
         now = self._clock()
         times = [self._backoff[0][0] - now] if self._backoff else []
-        times += [
-            self._pods[k].since + self.max_unschedulable - now
-            for k, w in self._where.items()
-            if w is Where.UNSCHEDULABLE
-        ]
+        if self._unschedulable:
+            oldest = self._pods[next(iter(self._unschedulable))]
+            times.append(oldest.since + self.max_unschedulable - now)
         return max(0.0, min(times)) if times else None
 
     # -- internals ------------------------------------------------------------------------
 
     def _to_active(self, qp: QueuedPod[T]) -> None:
+        self._unschedulable.pop(qp.key, None)
         self._backoff_seq.pop(qp.key, None)
         seq = next(self._seq)
         self._active_seq[qp.key] = seq
@@ -243,6 +243,7 @@ class SchedulingQueue(Generic[T]):
         heapq.heappush(self._active, (-qp.priority, qp.created, seq, qp.key))
 
     def _to_backoff(self, qp: QueuedPod[T]) -> None:
+        self._unschedulable.pop(qp.key, None)
         self._active_seq.pop(qp.key, None)
         now = self._clock()
         qp.since = now
@@ -259,6 +260,7 @@ class SchedulingQueue(Generic[T]):
             self._to_active(qp)
 
     def _to_backoff_until(self, qp: QueuedPod[T], until: float) -> None:
+        self._unschedulable.pop(qp.key, None)
         self._active_seq.pop(qp.key, None)
         qp.since = self._clock()
         seq = next(self._seq)

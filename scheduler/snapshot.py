@@ -87,6 +87,7 @@ class Snapshot:
         self.node_generation = 0
         self.live_count = 0
         self._name_rank: IntArray | None = None
+        self._missing: dict[int, bool] = {}  # row -> some live node lacks the resource
 
     def _allocate_buffers(self, size: int) -> None:
         rows = len(self.resources)
@@ -144,6 +145,14 @@ class Snapshot:
             self._name_rank = rank
         return self._name_rank
 
+    def missing_anywhere(self, row: int) -> bool:
+        """Whether some live node has zero allocatable of a resource (cached per row)."""
+        missing = self._missing.get(row)
+        if missing is None:
+            missing = bool(np.any(self.live & (self.allocatable[row] == 0)))
+            self._missing[row] = missing
+        return missing
+
     def image_holders(self, image: str) -> tuple[IntArray, IntArray] | None:
         """Slots holding an image and its size on each, as arrays (cached per image)."""
         arrays = self._image_arrays.get(image)
@@ -166,6 +175,7 @@ class Snapshot:
             self.resources.append(name)
             self.row[name] = row
             self._allocate_buffers(self._buffers["live"].shape[0])
+            self._missing.clear()
         return row
 
     def node_state(self, slot: int) -> NodeState:
@@ -206,6 +216,7 @@ class Snapshot:
     def set_node(self, info: NodeInfo) -> int:
         """Add or replace a node's declared state; returns its slot."""
         slot = self.ensure_slot(info.name)
+        self._missing.clear()
         old = self.nodes[slot]
         for name in info.allocatable:
             self.resource_row(name)
@@ -286,6 +297,7 @@ class Snapshot:
         info = self.nodes[slot]
         if info is not None:
             self._drop_images(slot, info)
+        self._missing.clear()
         self.nodes[slot] = None
         self.allocatable[:, slot] = 0
         self.gpu_topology[slot] = None

@@ -1,0 +1,1 @@
+"""GPU node agent: NVML discovery, kubelet pod-resources, node annotations (adapter)."""

@@ -172,6 +172,7 @@ class Simulation:
         }
         self.kubelets: dict[str, _Kubelet] = {}
         self.pod_objects: dict[str, dict[str, Any]] = {}
+        self._bound: dict[str, PodInfo] = {}
         self.samples: list[Sample] = []
         self.decisions = 0
         self.scheduled = 0
@@ -262,14 +263,15 @@ class Simulation:
     def _complete(self, key: str) -> None:
         record = self.records[key]
         record.state = "completed"
-        obj = self.pod_objects.pop(key)
-        pod = PodInfo.from_object(obj)
+        self.pod_objects.pop(key)
+        pod = self._bound.pop(key)
         node = record.node
         assert node is not None
         kubelet = self.kubelets[node]
         for name, amount in pod.requests.items():
             kubelet.used[name] -= amount
-        if kubelet.gpu_sets.pop(pod.uid, None) is not None:
+        held = kubelet.gpu_sets.pop(pod.uid, None)
+        if held is not None and ANNOTATION_GPUS not in pod.annotations:
             self._publish_assignments(kubelet)
         # The pod is deleted: the watch reports it, the cache forgets it, and a deleted
         # assigned pod is a cluster event that may help unschedulable pods.
@@ -322,8 +324,9 @@ class Simulation:
         if kubelet.topology is not None:
             free_before = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask
         held = self._admit(kubelet, bound)
+        self._bound[key] = bound
         self.cache.add_pod(bound)  # the watch reports the bound pod
-        if held:
+        if held and not gpus:
             self._publish_assignments(kubelet)
         record = self.records[key]
         record.state = "running"
@@ -371,7 +374,13 @@ class Simulation:
         return gpus
 
     def _publish_assignments(self, kubelet: _Kubelet) -> None:
-        """The node agent: the kubelet's GPU assignments on the Node, seen by the cache."""
+        """The node agent: the kubelet's GPU assignments on the Node, seen by the cache.
+
+        Modelled only where the report tells the cache something it lacks: pods whose GPUs the
+        scheduler did not choose (no `topo-scheduler.io/gpus` annotation). For the others the
+        kubelet used the annotated set, so the report would leave the cache unchanged, and
+        every Node update re-parses its topology annotation.
+        """
         annotations = kubelet.obj["metadata"]["annotations"]
         annotations[ANNOTATION_ASSIGNMENTS] = format_assignments(kubelet.gpu_sets)
         self.cache.update_node(NodeInfo.from_object(kubelet.obj))
@@ -393,8 +402,8 @@ class Simulation:
             if smallest is not None and 0 < free < smallest:
                 stranded += free
         pending = sum(self._pending_sizes.values())
-        sample = Sample(self.now, used, pending, sum(n for s, n in self._pending_sizes.items() if s > 0),
-                        stranded, free_total)  # fmt: skip
+        pending_gpu = sum(n for s, n in self._pending_sizes.items() if s > 0)
+        sample = Sample(self.now, used, pending, pending_gpu, stranded, free_total)
         if self.samples and self.samples[-1].time == self.now:
             self.samples[-1] = sample
         else:

@@ -112,7 +112,8 @@ class QualityModel:
         score = self.score(topology, gpus)
         best = self.selector.best_set(topology, free_mask, len(gpus))
         best_score = best.score if best is not None else score
-        all_nvlink = all(topology.link(a, b).nvlinks > 0 for a, b in itertools.combinations(gpus, 2))
+        pairs = itertools.combinations(gpus, 2)
+        all_nvlink = all(topology.link(a, b).nvlinks > 0 for a, b in pairs)
         numas = {topology.gpus[g].numa_node for g in gpus}
         ring_key = (topology.key, gpus)
         if ring_key not in self._rings:

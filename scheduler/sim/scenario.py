@@ -183,9 +183,7 @@ def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
             raise ScenarioError(f"{where}: unknown field (known: {', '.join(sorted(allowed))})")
 
 
-def _number(
-    value: Any, path: str, *, default: float | None = None, minimum: float = 0.0
-) -> float:
+def _number(value: Any, path: str, *, default: float | None = None, minimum: float = 0.0) -> float:
     if value is None:
         if default is None:
             raise ScenarioError(f"{path}: is required")
@@ -264,7 +262,8 @@ def _topology(value: Any, path: str) -> tuple[Topology | None, str]:
     if isinstance(value, str):
         if value not in BUILTIN_TOPOLOGIES:
             raise ScenarioError(
-                f"{path}: unknown built-in topology {value!r} (known: {', '.join(BUILTIN_TOPOLOGIES)})"
+                f"{path}: unknown built-in topology {value!r} "
+                f"(known: {', '.join(BUILTIN_TOPOLOGIES)})"
             )
         return builtin_topology(value), value
     if isinstance(value, Mapping):
@@ -384,9 +383,8 @@ def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]
     data = _mapping(value, path, required=True)
     out: list[tuple[Any, float]] = []
     for key, weight in data.items():
-        if keys_int:
-            if isinstance(key, bool) or not isinstance(key, int) or key < 0:
-                raise ScenarioError(f"{path}.{key}: GPU count must be an integer >= 0")
+        if keys_int and (isinstance(key, bool) or not isinstance(key, int) or key < 0):
+            raise ScenarioError(f"{path}.{key}: GPU count must be an integer >= 0")
         w = _number(weight, f"{path}.{key}")
         out.append((key, w))
     return out

@@ -9,9 +9,10 @@ lowest free index.
 
 We reproduce the walk's order exactly with a memoised recursion over bitmasks (the first
 partition found in upstream's order is the one our strict-greater comparison keeps), so it
-stays fast on 16-GPU nodes. One deliberate difference: a group containing padding is never
-returned (upstream can return one when it outscores every full group, which hands the kubelet
-fewer GPUs than asked); we return the best full group of the winning partition instead.
+stays fast on 16-GPU nodes (above 16 free GPUs a greedy pick stands in). One deliberate
+difference: a group containing padding is never returned (upstream can return one when it
+outscores every full group, which hands the kubelet fewer GPUs than asked); we return the
+best full group of the winning partition instead.
 
 The scheduler uses this for pods holding GPUs nobody recorded and for the simulator's
 count-only policy.
@@ -28,6 +29,18 @@ import numpy as np
 from scheduler.topology.schema import Topology
 from scheduler.topology.scoring import DEVICE_PLUGIN_TABLE, PairScoreTable, pair_matrix
 
+MAX_EXACT_FREE = 16
+"""Most free GPUs walked exactly; beyond, a greedy pick (upstream itself would not finish)."""
+
+
+def _greedy(matrix: tuple[tuple[int, ...], ...], real: list[int], size: int) -> tuple[int, ...]:
+    """Grow a group from the lowest free GPU by the best-scoring addition (lowest on ties)."""
+    chosen = [real[0]]
+    while len(chosen) < size:
+        _, neg_index = max((sum(matrix[g][c] for c in chosen), -g) for g in real if g not in chosen)
+        chosen.append(-neg_index)
+    return tuple(sorted(chosen))
+
 
 def device_plugin_set(
     topology: Topology,
@@ -43,6 +56,8 @@ def device_plugin_set(
     if size == 1:
         return (real[0],)
     matrix = pair_matrix(topology, table)
+    if len(real) > MAX_EXACT_FREE:
+        return _greedy(matrix, real, size)
     r = len(real)
     padding = (-r) % size
     # Slots: bit s < r is the s-th free GPU (index order), bits r.. are padding (score 0).

@@ -217,3 +217,16 @@ def test_agent_command_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", nvml_missing)
     assert main(argv) == 1
     assert main(["agent", "--node-name", "gpu-1", "--interval", "0"]) == 2
+
+
+def test_real_pynvml_without_driver_says_so() -> None:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:  # a machine with a driver: nothing to check here
+        pynvml.nvmlShutdown()
+        pytest.skip("NVIDIA driver present")
+    agent = Agent(AgentConfig(node_name="cpu-1", pod_resources_socket=""), pynvml, FakeNodeApi())
+    with pytest.raises(NoDriverError, match="no NVIDIA driver on node cpu-1"):
+        agent.sync_once()

@@ -152,3 +152,14 @@ def test_sixteen_gpus_and_selector_cache() -> None:
     # NVSwitch links earn nothing and nvidia-smi hides the PCIe level: all pairs score 0,
     # so the first group of upstream's first partition wins.
     assert first == (0, 1, 2, 3, 4)
+
+
+def test_more_than_sixteen_free_gpus_use_greedy() -> None:
+    from test_topo_select import random_topology
+
+    topology = random_topology(20, seed=5)
+    chosen = device_plugin_set(topology, (1 << 20) - 1, 3)
+    matrix = pair_matrix(topology, DEVICE_PLUGIN_TABLE)
+    assert len(chosen) == 3 and chosen[0] == 0  # grown from the lowest free GPU
+    second = max(range(1, 20), key=lambda g: (matrix[0][g], -g))
+    assert second in chosen

@@ -245,8 +245,18 @@ def test_allocation_and_framework(cache: Cache) -> None:
     bad = framework.schedule(PodInfo.from_object(pod_obj("w", 2, placement="fast")), cache.snapshot)
     assert bad.node is None and bad.message is not None
     assert f"annotation {ANNOTATION_PLACEMENT}: unknown value 'fast'" in bad.message
+    # Count-only node: lowest free indices, no score.
+    plain = plugin.allocate(
+        PodInfo.from_object(pod_obj("v", 2)), cache.snapshot, _slot(cache, "plain")
+    )
+    assert plain is not None and plain.gpus == (0, 1) and plain.score is None
+    cache.assume(PodInfo.from_object(pod_obj("v", 2)), "plain", (0, 1))
+    again = plugin.allocate(
+        PodInfo.from_object(pod_obj("u", 5)), cache.snapshot, _slot(cache, "plain")
+    )
+    assert again is not None and again.gpus == (2, 3, 4, 5, 6)
     assert (
-        plugin.allocate(PodInfo.from_object(pod_obj("v", 2)), cache.snapshot, _slot(cache, "plain"))
+        plugin.allocate(PodInfo.from_object(pod_obj("t", 7)), cache.snapshot, _slot(cache, "plain"))
         is None
     )
 

@@ -1,0 +1,325 @@
+"""What a simulation run measured: the JSON document (schema in docs/simulator.md), the table
+for people, and the plot."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from scheduler.sim.engine import JobRecord, Sample, Simulation
+from scheduler.sim.scenario import Scenario
+
+__all__ = ["WALL_CLOCK_FIELDS", "document", "plot", "render_table", "summarize"]
+
+SERIES_POINTS = 100
+_STYLES = {"topology": "-", "count-only": "--", "naive": ":"}
+WALL_CLOCK_FIELDS = frozenset(
+    {"wall_seconds", "throughput_decisions_per_second", "runtime_seconds"}
+)
+"""Fields that depend on the machine, not on the scenario and seed."""
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _time_mean(
+    samples: Sequence[Sample], end: float, value: Callable[[Sample], float]
+) -> float | None:
+    """Time-weighted mean of a step function given by samples, over [first sample, end]."""
+    total = 0.0
+    span = 0.0
+    for i, sample in enumerate(samples):
+        stop = samples[i + 1].time if i + 1 < len(samples) else end
+        length = max(0.0, min(stop, end) - sample.time)
+        total += value(sample) * length
+        span += length
+    return total / span if span > 0 else None
+
+
+def _binned(
+    samples: Sequence[Sample], end: float, value: Callable[[Sample], float], points: int
+) -> list[float]:
+    """The step function averaged over `points` equal bins of [0, end]."""
+    if end <= 0 or not samples:
+        return []
+    width = end / points
+    out: list[float] = []
+    j = 0
+    for b in range(points):
+        lo, hi = b * width, (b + 1) * width
+        acc = 0.0
+        while j + 1 < len(samples) and samples[j + 1].time <= lo:
+            j += 1
+        k = j
+        while k < len(samples) and samples[k].time < hi:
+            start = max(lo, samples[k].time)
+            stop = min(hi, samples[k + 1].time if k + 1 < len(samples) else end)
+            acc += value(samples[k]) * max(0.0, stop - start)
+            k += 1
+        out.append(acc / width)
+    return out
+
+
+def _wait_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
+    waits = [r.wait for r in records if r.wait is not None]
+    return {
+        "jobs": len(waits),
+        "mean": _round(_mean(waits)),
+        "p50": _round(_percentile(waits, 50)),
+        "p95": _round(_percentile(waits, 95)),
+        "max": _round(max(waits) if waits else None),
+    }
+
+
+def summarize(sim: Simulation) -> dict[str, Any]:
+    """One policy's figures (see docs/simulator.md for each field)."""
+    records = list(sim.records.values())
+    end = max([s.time for s in sim.samples] + [sim.now])
+    states = Counter(r.state for r in records)
+    gpu_records = [r for r in records if r.job.gpus > 0]
+    multi = [r for r in records if len(r.gpus) > 1 and r.quality is not None]
+    qualities = [r.quality for r in multi if r.quality is not None]
+    bandwidths = [q.busbw_gbps for q in qualities if q.busbw_gbps is not None]
+    by_size: dict[str, Any] = {}
+    for size in sorted({r.job.gpus for r in gpu_records}):
+        group = [r for r in gpu_records if r.job.gpus == size]
+        placed = [r.quality for r in group if r.quality is not None]
+        bw = [q.busbw_gbps for q in placed if q.busbw_gbps is not None]
+        by_size[str(size)] = {
+            "jobs": len(group),
+            "wait_seconds": _wait_stats(group),
+            "best_set_share": _share(sum(q.best_possible for q in placed), len(placed))
+            if size > 1
+            else None,
+            "allreduce_busbw_gbps_mean": _round(_mean(bw), 2),
+        }
+    total = sim.total_gpus or 1
+    pending_gpu = [s for s in sim.samples if s.pending_gpu_jobs > 0]
+    frag_mean = _time_mean(pending_gpu, end, lambda s: s.stranded_gpus) if pending_gpu else None
+    stranded_share = (
+        _time_mean(pending_gpu, end, lambda s: s.stranded_gpus / s.free_gpus if s.free_gpus else 0)
+        if pending_gpu
+        else None
+    )
+    pending_time = _time_mean(sim.samples, end, lambda s: 1.0 if s.pending_gpu_jobs else 0.0)
+    reasons = Counter(r.reason or "unknown" for r in records if r.state == "pending")
+    fw = next(iter(sim.frameworks.values()))
+    return {
+        "policy": sim.policy,
+        "gpu_topology_weight": fw.weights.get("GPUTopology"),
+        "pods": {
+            "total": len(records),
+            "scheduled": sim.scheduled,
+            "completed": states.get("completed", 0),
+            "running": states.get("running", 0),
+            "pending": states.get("pending", 0),
+        },
+        "decisions": sim.decisions,
+        "unschedulable_attempts": sim.decisions - sim.scheduled,
+        "wall_seconds": round(sim.schedule_seconds, 4),
+        "throughput_decisions_per_second": round(sim.decisions / sim.schedule_seconds, 1)
+        if sim.schedule_seconds > 0
+        else None,
+        "wait_seconds": _wait_stats(records),
+        "gpu_job_wait_seconds": _wait_stats(gpu_records),
+        "by_gpus": by_size,
+        "multi_gpu_jobs": len(qualities),
+        "best_set_share": _share(sum(q.best_possible for q in qualities), len(qualities)),
+        "nvlink_share": _share(sum(q.all_nvlink for q in qualities), len(qualities)),
+        "cross_numa_share": _share(sum(q.cross_numa for q in qualities), len(qualities)),
+        "allreduce_busbw_gbps": {
+            "mean": _round(_mean(bandwidths), 2),
+            "p10": _round(_percentile(bandwidths, 10), 2),
+        },
+        "utilization": {
+            "mean": _round(_time_mean(sim.samples, end, lambda s: s.used_gpus / total), 4),
+            "series": [
+                round(v, 4)
+                for v in _binned(sim.samples, end, lambda s: s.used_gpus / total, SERIES_POINTS)
+            ],
+        },
+        "pending_gpu_jobs_series": [
+            round(v, 2)
+            for v in _binned(sim.samples, end, lambda s: s.pending_gpu_jobs, SERIES_POINTS)
+        ],
+        "fragmentation": {
+            "time_with_gpu_jobs_pending_share": _round(pending_time, 4),
+            "stranded_gpus_mean": _round(frag_mean, 2),
+            "stranded_share_of_free": _round(stranded_share, 4),
+        },
+        "makespan_seconds": round(end, 3),
+        "pending_reasons": dict(reasons.most_common()),
+    }
+
+
+def document(
+    scenario: Scenario, summaries: Mapping[str, Mapping[str, Any]], runtime: float
+) -> dict[str, Any]:
+    """The whole JSON report."""
+    gpu_jobs = sum(1 for j in scenario.jobs if j.gpus)
+    return {
+        "scenario": {
+            "name": scenario.name,
+            "source": scenario.source,
+            "seed": scenario.seed,
+            "nodes": scenario.node_count,
+            "gpus": scenario.total_gpus,
+            "jobs": len(scenario.jobs),
+            "gpu_jobs": gpu_jobs,
+            "cpu_pods": len(scenario.jobs) - gpu_jobs,
+        },
+        "series_points": SERIES_POINTS,
+        "policies": dict(summaries),
+        "runtime_seconds": round(runtime, 3),
+    }
+
+
+def _fmt(value: Any, kind: str = "") -> str:
+    if value is None:
+        return "-"
+    if kind == "pct":
+        return f"{100 * value:.1f}%"
+    if kind == "s":
+        return f"{value:,.0f} s"
+    if kind == "gbps":
+        return f"{value:.1f} GB/s"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _size_field(size: str, *keys: str) -> Callable[[Mapping[str, Any]], Any]:
+    def get(policy: Mapping[str, Any]) -> Any:
+        value: Any = policy["by_gpus"].get(size, {})
+        for key in keys:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return value
+
+    return get
+
+
+def render_table(doc: Mapping[str, Any]) -> str:
+    """Policies side by side, one metric a row."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    policies: Mapping[str, Mapping[str, Any]] = doc["policies"]
+    sc = doc["scenario"]
+    table = Table(
+        title=f"{sc['name']}: {sc['nodes']} nodes, {sc['gpus']} GPUs, {sc['gpu_jobs']} GPU jobs, "
+        f"{sc['cpu_pods']} CPU pods (seed {sc['seed']})",
+        header_style="bold",
+    )
+    table.add_column("metric", no_wrap=True)
+    for name in policies:
+        table.add_column(name, justify="right")
+
+    def row(label: str, get: Callable[[Mapping[str, Any]], Any], kind: str = "") -> None:
+        table.add_row(label, *(_fmt(get(p), kind) for p in policies.values()))
+
+    row("pods scheduled", lambda p: f"{p['pods']['scheduled']}/{p['pods']['total']}")
+    row("pods still pending", lambda p: p["pods"]["pending"])
+    row("decisions", lambda p: p["decisions"])
+    row("decisions / s (wall clock)", lambda p: p["throughput_decisions_per_second"])
+    row("wait mean (all pods)", lambda p: p["wait_seconds"]["mean"], "s")
+    row("wait p95 (all pods)", lambda p: p["wait_seconds"]["p95"], "s")
+    row("wait mean (GPU jobs)", lambda p: p["gpu_job_wait_seconds"]["mean"], "s")
+    row("wait p95 (GPU jobs)", lambda p: p["gpu_job_wait_seconds"]["p95"], "s")
+    sizes = sorted({s for p in policies.values() for s in p["by_gpus"]}, key=int)
+    for size in sizes:
+        if size != "0":
+            row(f"  wait mean, {size}-GPU jobs", _size_field(size, "wait_seconds", "mean"), "s")
+    row("multi-GPU jobs placed", lambda p: p["multi_gpu_jobs"])
+    row("  on a best-possible GPU set", lambda p: p["best_set_share"], "pct")
+    row("  on all-NVLink sets", lambda p: p["nvlink_share"], "pct")
+    row("  crossing NUMA nodes", lambda p: p["cross_numa_share"], "pct")
+    row("  all-reduce busbw mean", lambda p: p["allreduce_busbw_gbps"]["mean"], "gbps")
+    row("  all-reduce busbw p10", lambda p: p["allreduce_busbw_gbps"]["p10"], "gbps")
+    for size in sizes:
+        if size not in ("0", "1"):
+            row(
+                f"  busbw mean, {size}-GPU jobs",
+                _size_field(size, "allreduce_busbw_gbps_mean"),
+                "gbps",
+            )
+    row("GPU utilization (mean)", lambda p: p["utilization"]["mean"], "pct")
+    row(
+        "time with GPU jobs pending",
+        lambda p: p["fragmentation"]["time_with_gpu_jobs_pending_share"],
+        "pct",
+    )
+    row("  stranded free GPUs (mean)", lambda p: p["fragmentation"]["stranded_gpus_mean"])
+    row(
+        "  stranded share of free GPUs",
+        lambda p: p["fragmentation"]["stranded_share_of_free"],
+        "pct",
+    )
+    row("makespan", lambda p: p["makespan_seconds"], "s")
+    out = StringIO()
+    console = Console(file=out, width=120, highlight=False)
+    console.print(table)
+    for name, p in policies.items():
+        for reason, count in list(p["pending_reasons"].items())[:3]:
+            console.print(f"{name}: {count} pod(s) pending: {reason}", soft_wrap=True)
+    console.print(f"simulated in {doc['runtime_seconds']:.1f} s wall clock")
+    return out.getvalue()
+
+
+def plot(sims: Mapping[str, Simulation], path: str) -> None:
+    """PNG: GPU utilization, pending GPU jobs and job wait over simulated time, per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    for name, sim in sims.items():
+        total = sim.total_gpus or 1
+        times = [s.time / 3600 for s in sim.samples]
+        style = {"label": name, "linestyle": _STYLES.get(name, "-")}
+        axes[0].step(times, [s.used_gpus / total * 100 for s in sim.samples], where="post", **style)
+        axes[1].step(times, [s.pending_gpu_jobs for s in sim.samples], where="post", **style)
+        placed = sorted((r.job.arrival, r.wait) for r in sim.records.values() if r.wait is not None)
+        if placed:
+            window = 25
+            xs, ys = [], []
+            for i in range(len(placed)):
+                chunk = placed[max(0, i - window + 1) : i + 1]
+                xs.append(placed[i][0] / 3600)
+                ys.append(sum(w for _, w in chunk) / len(chunk) / 60)
+            axes[2].plot(xs, ys, **style)
+    axes[0].set_ylabel("GPU utilization (%)")
+    axes[0].set_ylim(0, 105)
+    axes[1].set_ylabel("pending GPU jobs")
+    axes[2].set_ylabel("wait (min, mean of 25 jobs)")
+    axes[2].set_xlabel("simulated time (h)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right")
+    first = next(iter(sims.values()))
+    fig.suptitle(f"topo-scheduler simulate: {first.scenario.name}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

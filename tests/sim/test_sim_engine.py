@@ -1,0 +1,154 @@
+"""The simulator: determinism, fidelity to the scheduler, GPU-set quality, invariants."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from plugins import frameworks_for
+from scheduler.config import default_config
+from scheduler.explain import explain
+from scheduler.framework import ScheduleResult
+from scheduler.model import PodInfo
+from scheduler.sim.cli import simulate
+from scheduler.sim.engine import Simulation, count_only_config
+from scheduler.sim.quality import QualityModel, ring_gbps
+from scheduler.sim.report import WALL_CLOCK_FIELDS
+from scheduler.sim.scenario import Scenario, parse_scenario
+from scheduler.topology import builtin_topology, device_plugin_set
+
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "seed": 3,
+    "nodes": [
+        {"name": "v100", "count": 2, "gpuTopology": "dgx1-v100",
+         "resources": {"cpu": "80", "memory": "512Gi"}},
+        {"name": "a100", "count": 1, "gpuTopology": "dgx-a100",
+         "resources": {"cpu": "128", "memory": "1Ti"}},
+        {"name": "pcie", "count": 2, "gpuTopology": "pcie-8gpu-2socket",
+         "resources": {"cpu": "64", "memory": "512Gi"}},
+        {"name": "cpu", "count": 1, "resources": {"cpu": "32", "memory": "128Gi"}},
+    ],
+    "jobs": [
+        {"generate": 70, "namePrefix": "train", "arrivals": {"meanInterval": 60},
+         "duration": {"median": 1200, "sigma": 0.8, "min": 60, "max": 7200},
+         "gpus": {1: 3, 2: 3, 4: 3, 8: 1}, "cpuPerGpu": "6", "memoryPerGpu": "40Gi",
+         "placement": {"nvlink": 0.1, "single-numa": 0.1}},
+        {"generate": 20, "namePrefix": "etl", "arrivals": {"meanInterval": 200},
+         "duration": {"median": 600}, "gpus": {0: 1}, "cpu": "8", "memory": "16Gi"},
+        # never fits: 8 NVLink-connected GPUs exist only on the A100, which has 128 CPUs
+        {"name": "huge", "arrival": 100, "duration": 600, "gpus": 8, "cpu": "200",
+         "placement": "nvlink"},
+    ],
+}  # fmt: skip
+
+
+def small(seed: int | None = None) -> Scenario:
+    return parse_scenario(SMALL, source="small.yaml", seed=seed)
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in WALL_CLOCK_FIELDS}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def test_same_seed_same_report() -> None:
+    policies = ("topology", "count-only", "naive")
+    first, _ = simulate(small(seed=7), policies)
+    second, _ = simulate(small(seed=7), policies)
+    assert _strip(first) == _strip(second)
+    other, _ = simulate(small(seed=8), ("count-only",))
+    assert _strip(other)["policies"]["count-only"] != _strip(first)["policies"]["count-only"]
+
+
+@pytest.mark.parametrize("policy", ["topology", "count-only", "naive"])
+def test_invariants_hold_after_every_event(policy: str) -> None:
+    sim = Simulation(small(), policy, check=True).run()  # checks after every event
+    sim.check_invariants()
+    assert sim.scheduled == sum(r.bound_at is not None for r in sim.records.values())
+    for key, record in sim.records.items():
+        assert record.state in ("completed", "pending"), (key, record.state)
+        if record.state == "pending":
+            assert record.reason and record.reason.startswith("0/6 nodes are available"), key
+    huge = sim.records["default/huge"]
+    assert huge.state == "pending"
+    assert huge.reason is not None and "Insufficient cpu" in huge.reason
+    assert sum(r.state == "completed" for r in sim.records.values()) == len(sim.records) - 1
+
+
+def test_count_only_matches_the_default_scheduler() -> None:
+    """Cross-check decisions against `explain` and the node-by-node reference path."""
+    reference = frameworks_for(count_only_config())["topo-scheduler"]
+    assert "GPUTopology" not in [p.name for p in reference.filters]
+    assert "GPUTopology" not in reference.weights
+    checked: list[str] = []
+
+    def hook(sim: Simulation, pod: PodInfo, result: ScheduleResult) -> None:
+        if sim.decisions % 7 or len(checked) >= 12:
+            return
+        _, doc = explain(sim.cache, pod, reference)
+        assert doc["node"] == result.node, pod.key
+        ref = reference.schedule_reference(pod, sim.cache.snapshot)
+        assert ref.node == result.node, pod.key
+        assert result.gpus == ()  # GPUs are left to the device plugin
+        checked.append(pod.key)
+
+    sim = Simulation(small(), "count-only", on_decision=hook).run()
+    assert len(checked) >= 8
+    gpu_records = [r for r in sim.records.values() if r.gpus]
+    # the kubelet handed out what NVIDIA's device plugin picks
+    model = QualityModel()
+    for record in gpu_records:
+        assert record.topology is not None and record.free_mask is not None
+        expected = device_plugin_set(record.topology, record.free_mask, len(record.gpus))
+        assert record.gpus == expected
+        model.judge(record.topology, record.free_mask, record.gpus)
+
+
+def test_topology_never_worse_than_count_only_on_the_same_node_and_mask() -> None:
+    sim = Simulation(small(), "topology").run()
+    model = QualityModel()
+    placed = [r for r in sim.records.values() if len(r.gpus) > 1 and r.free_mask is not None]
+    assert len(placed) > 20
+    for record in placed:
+        assert record.topology is not None and record.free_mask is not None
+        theirs = device_plugin_set(record.topology, record.free_mask, len(record.gpus))
+        ours = model.score(record.topology, record.gpus)
+        assert ours >= model.score(record.topology, theirs), record.job.name
+        assert record.quality is not None and record.quality.best_possible
+
+
+def test_best_set_beats_device_plugin_on_random_masks() -> None:
+    rng = random.Random(5)
+    model = QualityModel()
+    fw = frameworks_for(default_config())["topo-scheduler"]
+    assert any(a.name == "GPUTopology" for a in fw.allocators)
+    for name in ("dgx1-v100", "dgx-a100", "pcie-8gpu-2socket", "dgx-h100"):
+        topology = builtin_topology(name)
+        for _ in range(25):
+            free = rng.randrange(1, 256)
+            for size in (2, 3, 4):
+                if free.bit_count() < size:
+                    continue
+                best = model.selector.best_set(topology, free, size)
+                assert best is not None
+                theirs = device_plugin_set(topology, free, size)
+                assert best.score >= model.score(topology, theirs), (name, free, size)
+
+
+def test_ring_bandwidth_model() -> None:
+    dgx1 = builtin_topology("dgx1-v100")
+    assert ring_gbps(dgx1, tuple(range(8))) == 50.0  # an all-NV2 ring exists
+    assert ring_gbps(dgx1, (0, 1)) == 25.0
+    assert ring_gbps(dgx1, (0, 5)) == 8.0  # SYS
+    assert ring_gbps(builtin_topology("dgx-a100"), (0, 5)) == 300.0
+    assert ring_gbps(builtin_topology("dgx-h100"), tuple(range(8))) == 450.0
+    pcie = builtin_topology("pcie-8gpu-2socket")
+    assert ring_gbps(pcie, (0, 1)) == 22.0  # PIX
+    assert ring_gbps(pcie, (0, 1, 2, 3)) == 12.0  # NODE hops
+    assert ring_gbps(pcie, (0,)) is None
