@@ -1,9 +1,10 @@
 """End-to-end throughput: the real scheduler process against the API-server emulator.
 
 500 GPU nodes (8 GPUs each, DGX-1 topology annotation) and 5,000 pods created at once, a third
-of them asking for 1, 2 or 4 GPUs (2/3 of the cluster's GPUs in all). The emulator runs in a child process (its own core), the scheduler in this one,
-talking over loopback HTTP with the kube client. Prints pods bound per second and the
-creation->binding latency percentiles (both measured on the emulator's side).
+of them asking for 1, 2 or 4 GPUs (2/3 of the cluster's GPUs in all). The emulator runs in a
+child process, the scheduler in this one, talking over loopback HTTP with the kube client.
+Prints pods bound per second and the creation->binding latency percentiles (both measured on
+the emulator's side), and the CPU each process used.
 
     .venv/bin/python bench/end_to_end.py [--nodes 500] [--pods 5000] [--qps 5000]
 """
@@ -22,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.topology.builtin import builtin_topology  # noqa: E402
-from scheduler.topology.schema import ANNOTATION_TOPOLOGY, topology_to_dict  # noqa: E402
+from scheduler.topology.builtin import builtin_topology
+from scheduler.topology.schema import ANNOTATION_TOPOLOGY, topology_to_dict
 
 
 def _emulator_process(conn: Connection) -> None:
@@ -39,8 +40,10 @@ def _emulator_process(conn: Connection) -> None:
             topo = json.dumps(topology_to_dict(builtin_topology("dgx1-v100")))
             emu.create_many(
                 NODES,
-                [make_node(f"node-{i:04d}", gpus=8, annotations={ANNOTATION_TOPOLOGY: topo})
-                 for i in range(arg)],
+                [
+                    make_node(f"node-{i:04d}", gpus=8, annotations={ANNOTATION_TOPOLOGY: topo})
+                    for i in range(arg)
+                ],
             )
             conn.send(None)
         elif cmd == "pods":
@@ -48,17 +51,27 @@ def _emulator_process(conn: Connection) -> None:
             sizes = (1, 2, 0, 4, 0, 0, 0, 0, 1, 0, 0, 0)
             emu.create_many(
                 PODS,
-                [make_pod(f"job-{i:05d}", gpus=sizes[i % len(sizes)], cpu="2", memory="8Gi")
-                 for i in range(arg)],
+                [
+                    make_pod(f"job-{i:05d}", gpus=sizes[i % len(sizes)], cpu="2", memory="8Gi")
+                    for i in range(arg)
+                ],
             )
             conn.send(None)
+        elif cmd == "cpu":
+            conn.send(time.process_time())
         elif cmd == "bound":
             conn.send(emu.server.call(lambda: len(store.bound_at)))
         elif cmd == "stats":
-            conn.send(emu.server.call(lambda: (
-                dict(store.created_at), dict(store.bound_at),
-                {k: len(v) for k, v in store.bindings.items()}, dict(store.binding_posts),
-            )))
+            conn.send(
+                emu.server.call(
+                    lambda: (
+                        dict(store.created_at),
+                        dict(store.bound_at),
+                        {k: len(v) for k, v in store.bindings.items()},
+                        dict(store.binding_posts),
+                    )
+                )
+            )
         elif cmd == "stop":
             emu.stop()
             conn.send(None)
@@ -88,6 +101,9 @@ async def _run(url: str, conn: Connection, args: argparse.Namespace) -> dict[str
     while not holder or not holder[0].synced:
         await asyncio.sleep(0.05)
     sched = holder[0]
+    conn.send(("cpu", None))
+    emu_cpu0 = await asyncio.to_thread(conn.recv)
+    cpu0 = time.process_time()
     conn.send(("pods", args.pods))
     await asyncio.to_thread(conn.recv)
     start = time.time()
@@ -98,13 +114,23 @@ async def _run(url: str, conn: Connection, args: argparse.Namespace) -> dict[str
         if bound + stuck >= args.pods or time.time() - start > args.timeout:
             break
         await asyncio.sleep(0.2)
+    wall = time.time() - start
+    cpu = time.process_time() - cpu0
+    conn.send(("cpu", None))
+    emu_cpu = await asyncio.to_thread(conn.recv) - emu_cpu0
     outcomes = {
         s.labels["result"]: int(s.value)
         for s in sched.metrics.bind_results.collect()[0].samples
         if s.name.endswith("_total")
     }
-    state = {"pending": sched.queue.pending(), "binding": len(sched.binding),
-             "outcomes": outcomes}
+    state = {
+        "pending": sched.queue.pending(),
+        "binding": len(sched.binding),
+        "outcomes": outcomes,
+        "wall_s": round(wall, 2),
+        "scheduler_cpu_s": round(cpu, 2),
+        "emulator_cpu_s": round(emu_cpu, 2),
+    }
     stop.set()
     code = await task
     return {"exit": code, "cycles": sched.metrics.algorithm_duration, "state": state}
@@ -154,8 +180,10 @@ def main() -> int:
     if count:
         print(f"scheduling cycle: {count:.0f} cycles, mean {total / count * 1000:.2f} ms")
     print(f"scheduler state at the end: {result['state']}")
-    print(f"binding POSTs: {sum(posts.values())}, pods bound more than once: {twice}, "
-          f"scheduler exit code: {result['exit']}")
+    print(
+        f"binding POSTs: {sum(posts.values())}, pods bound more than once: {twice}, "
+        f"scheduler exit code: {result['exit']}"
+    )
     return 0 if len(bound) == args.pods and twice == 0 else 1
 
 

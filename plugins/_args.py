@@ -40,7 +40,7 @@ def string_list(raw: Any, path: str) -> tuple[str, ...]:
 def resource_specs(
     raw: Any, path: str, default: tuple[ResourceSpec, ...]
 ) -> tuple[ResourceSpec, ...]:
-    """A `resources: [{name, weight}]` list; weights must be 1..100 as in kube.
+    """A `resources: [{name, weight}]` list; weights 1..100 (0 or none means 1), as in kube.
 
     Missing or empty means the default set, as kube's v1 defaulting does.
     """
@@ -59,7 +59,7 @@ def resource_specs(
         if name in seen:
             raise ConfigError(f'{item_path}.name: Duplicate value: "{name}"')
         seen.add(name)
-        weight = entry.get("weight", 1)
+        weight = entry.get("weight") or 1  # kube's v1 defaulting: a zero weight means 1
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
             raise ConfigError(f"{item_path}.weight: must be between 1 and 100, got {weight!r}")
         specs.append(ResourceSpec(name, weight))

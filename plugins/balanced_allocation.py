@@ -60,8 +60,8 @@ class BalancedAllocation:
         if len(rows) == 2 and not any(snapshot.missing_anywhere(r) for r, _, _ in rows):
             # The common case: cpu and memory on every node, std = |f0 - f1| / 2.
             (r0, used0, _), (r1, used1, _) = rows
-            f0 = np.minimum(used0 / snapshot.allocatable[r0], 1.0)
-            f1 = np.minimum(used1 / snapshot.allocatable[r1], 1.0)
+            f0 = np.minimum(used0 / np.maximum(snapshot.allocatable[r0], 1), 1.0)
+            f1 = np.minimum(used1 / np.maximum(snapshot.allocatable[r1], 1), 1.0)
             scores: IntArray = ((1 - np.abs((f0 - f1) / 2)) * MAX_NODE_SCORE).astype(np.int64)
             return scores
         inputs = [(snapshot.allocatable[r], used, w) for r, used, w in rows]

@@ -9,7 +9,7 @@ are validated by the plugin's own factory when the profile is built (`build_fram
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +27,8 @@ from scheduler.framework import (
 
 __all__ = [
     "API_VERSION",
-    "DEFAULT_FILTERS",
+    "DEFAULT_PLUGINS",
     "DEFAULT_SCHEDULER_NAME",
-    "DEFAULT_SCORES",
     "KIND",
     "ConfigError",
     "PluginSet",
@@ -44,20 +43,15 @@ API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"
 DEFAULT_SCHEDULER_NAME = "topo-scheduler"
 
-# kube-scheduler's default order for the plugins we share, then ours.
-DEFAULT_FILTERS: tuple[str, ...] = (
-    "NodeUnschedulable",
-    "TaintToleration",
-    "NodeAffinity",
-    "NodePorts",
-    "NodeResourcesFit",
-    "NodeMemoryPressure",
-    "GPUTopology",
-)
-DEFAULT_SCORES: tuple[tuple[str, int], ...] = (
+# The default plugins, enabled at every extension point they implement (kube v1's
+# MultiPoint defaults for the plugins we share, in kube's order, then ours), with weights.
+DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
+    ("NodeUnschedulable", 0),
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
+    ("NodePorts", 0),
     ("NodeResourcesFit", 1),
+    ("NodeMemoryPressure", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("GPUTopology", 5),
@@ -96,20 +90,32 @@ class Profile:
     args_path: Mapping[str, str] = field(default_factory=dict)
     index: int = 0
 
-    def filters(self) -> list[str]:
-        return [ref.name for ref in _merge(
-            [PluginRef(n) for n in DEFAULT_FILTERS], self.points.get("filter"),
-            self.points.get("multiPoint"),
-        )]  # fmt: skip
+    def expand(self, point: str, implements: Callable[[str], bool]) -> list[PluginRef]:
+        """The plugins enabled at `point`, in kube v1's order (expandMultiPointPlugins).
 
-    def scores(self) -> list[tuple[str, int]]:
-        merged = _merge(
-            [PluginRef(n, w) for n, w in DEFAULT_SCORES],
-            self.points.get("score"),
-            self.points.get("multiPoint"),
-        )
-        # A weight of zero means the default weight of one, as in kube-scheduler.
-        return [(ref.name, ref.weight or 1) for ref in merged]
+        MultiPoint is the defaults merged with the profile's `multiPoint` set; of those, the
+        ones implementing `point` and not disabled there are enabled. Plugins the point
+        itself enables come first when they re-configure a MultiPoint one (taking the
+        point's weight), then the other MultiPoint plugins, then plugins only the point
+        names. ``disabled: [{name: '*'}]`` at a point leaves only what it enables.
+        """
+        multi = _merge_set([PluginRef(n, w) for n, w in DEFAULT_PLUGINS],
+                           self.points.get("multiPoint"))  # fmt: skip
+        own = self.points.get(point) or PluginSet()
+        if "*" in own.disabled:
+            return list(own.enabled)
+        named = {ref.name: ref for ref in own.enabled}
+        overrides: list[PluginRef] = []
+        others: list[PluginRef] = []
+        for ref in multi:
+            if ref.name in own.disabled or not implements(ref.name):
+                continue
+            if ref.name in named:
+                overrides.append(named[ref.name])
+            else:
+                others.append(ref)
+        taken = {ref.name for ref in overrides}
+        return overrides + others + [ref for ref in own.enabled if ref.name not in taken]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,29 +133,21 @@ class SchedulerConfiguration:
         return None
 
 
-def _merge(
-    defaults: list[PluginRef], custom: PluginSet | None, multi: PluginSet | None
-) -> list[PluginRef]:
-    """kube's mergePluginSet, with multiPoint applied on top of the point's own set.
-
-    Disabling removes a default (``'*'`` all of them); enabling a default re-configures it
-    in place (keeping its position, taking the new weight); other enabled plugins follow.
-    """
-    result = list(defaults)
-    for layer in (multi, custom):
-        if layer is None:
-            continue
-        if "*" in layer.disabled:
-            result = []
+def _merge_set(defaults: list[PluginRef], custom: PluginSet | None) -> list[PluginRef]:
+    """kube's mergePluginSet: disabling removes a default (``'*'`` all of them), enabling
+    a default re-configures it in place, other enabled plugins follow in order."""
+    if custom is None:
+        return list(defaults)
+    result = [] if "*" in custom.disabled else [
+        ref for ref in defaults if ref.name not in custom.disabled
+    ]  # fmt: skip
+    positions = {ref.name: i for i, ref in enumerate(result)}
+    for ref in custom.enabled:
+        if ref.name in positions:
+            result[positions[ref.name]] = ref
         else:
-            result = [ref for ref in result if ref.name not in layer.disabled]
-        positions = {ref.name: i for i, ref in enumerate(result)}
-        for ref in layer.enabled:
-            if ref.name in positions:
-                result[positions[ref.name]] = ref
-            else:
-                positions[ref.name] = len(result)
-                result.append(ref)
+            positions[ref.name] = len(result)
+            result.append(ref)
     return result
 
 
@@ -327,18 +325,22 @@ def _build(profile: Profile, registry: Registry) -> Framework:
             instances[name] = factory(profile.plugin_args.get(name), path)
         return instances[name]
 
+    def implements(kind: type) -> Callable[[str], bool]:
+        return lambda name: isinstance(get(name, "multiPoint"), kind)
+
     filters: list[FilterPlugin] = []
-    for name in profile.filters():
-        plugin = get(name, "filter")
+    for ref in profile.expand("filter", implements(FilterPlugin)):
+        plugin = get(ref.name, "filter")
         if not isinstance(plugin, FilterPlugin):
-            raise ConfigError(f"{prefix}.plugins.filter: {name} is not a filter plugin")
+            raise ConfigError(f"{prefix}.plugins.filter: {ref.name} is not a filter plugin")
         filters.append(plugin)
     scores: list[tuple[ScorePlugin, int]] = []
-    for name, weight in profile.scores():
-        plugin = get(name, "score")
+    for ref in profile.expand("score", implements(ScorePlugin)):
+        plugin = get(ref.name, "score")
         if not isinstance(plugin, ScorePlugin):
-            raise ConfigError(f"{prefix}.plugins.score: {name} is not a score plugin")
-        scores.append((plugin, weight))
+            raise ConfigError(f"{prefix}.plugins.score: {ref.name} is not a score plugin")
+        # A weight of zero means the default weight of one, as in kube-scheduler.
+        scores.append((plugin, ref.weight or 1))
     pre_filters = [p for p in filters if isinstance(p, PreFilterPlugin)]
     allocators = [p for p in filters if isinstance(p, Allocator)]
     return Framework(profile.scheduler_name, filters, scores, pre_filters, allocators)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
-from scheduler.quantity import QuantityError, resource_value
+from scheduler.quantity import QuantityError, parse_quantity, to_units
 
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
@@ -36,6 +37,8 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 Resources = dict[str, int]
+# Exact amounts, as kube sums Quantities before it rounds them to integers.
+Amounts = dict[str, Fraction]
 
 
 class ModelError(ValueError):
@@ -163,17 +166,25 @@ def _string_map(value: Any, where: _Path, path: str) -> dict[str, str]:
     return result
 
 
-def _resources(value: Any, where: _Path, path: str) -> Resources:
-    result: Resources = {}
+def _quantities(value: Any, where: _Path, path: str) -> Amounts:
+    result: Amounts = {}
     for name, quantity in _mapping(value, where, path).items():
         try:
-            amount = resource_value(str(name), quantity)
+            amount = parse_quantity(quantity)
         except QuantityError as exc:
             raise where.error(f"{path}.{name}", str(exc)) from None
         if amount < 0:
             raise where.error(f"{path}.{name}", "must be greater than or equal to 0")
         result[str(name)] = amount
     return result
+
+
+def _units(amounts: Mapping[str, Fraction]) -> Resources:
+    return {name: to_units(name, amount) for name, amount in amounts.items()}
+
+
+def _resources(value: Any, where: _Path, path: str) -> Resources:
+    return _units(_quantities(value, where, path))
 
 
 def _timestamp(value: Any, where: _Path, path: str) -> float | None:
@@ -189,14 +200,14 @@ def _timestamp(value: Any, where: _Path, path: str) -> float | None:
         raise where.error(path, f"must be an RFC 3339 time, got {value!r}") from None
 
 
-def _add(into: Resources, other: Mapping[str, int]) -> None:
+def _add(into: Amounts, other: Mapping[str, Fraction]) -> None:
     for name, amount in other.items():
-        into[name] = into.get(name, 0) + amount
+        into[name] = into.get(name, Fraction(0)) + amount
 
 
-def _max(into: Resources, other: Mapping[str, int]) -> None:
+def _max(into: Amounts, other: Mapping[str, Fraction]) -> None:
     for name, amount in other.items():
-        if amount > into.get(name, 0):
+        if amount > into.get(name, Fraction(0)):
             into[name] = amount
 
 
@@ -237,8 +248,8 @@ def _term(raw: Any, where: _Path, path: str) -> NodeSelectorTerm:
 @dataclass(frozen=True, slots=True)
 class _Container:
     name: str
-    requests: Resources
-    limits: Resources
+    requests: Amounts
+    limits: Amounts
     ports: tuple[HostPort, ...]
     image: str
     restartable: bool
@@ -247,8 +258,8 @@ class _Container:
 def _container(raw: Any, where: _Path, path: str, init: bool) -> _Container:
     item = _mapping(raw, where, path)
     resources = _mapping(item.get("resources"), where, f"{path}.resources")
-    limits = _resources(resources.get("limits"), where, f"{path}.resources.limits")
-    requests = _resources(resources.get("requests"), where, f"{path}.resources.requests")
+    limits = _quantities(resources.get("limits"), where, f"{path}.resources.limits")
+    requests = _quantities(resources.get("requests"), where, f"{path}.resources.requests")
     # The API server defaults a missing request to its limit.
     requests = {**limits, **requests}
     ports: list[HostPort] = []
@@ -278,22 +289,22 @@ def _container(raw: Any, where: _Path, path: str, init: bool) -> _Container:
 def _pod_requests(
     containers: list[_Container],
     init_containers: list[_Container],
-    pod_level: Resources,
-    overhead: Resources,
-    missing_defaults: Mapping[str, int] | None = None,
-) -> Resources:
+    pod_level: Amounts,
+    overhead: Amounts,
+    missing_defaults: Mapping[str, Fraction] | None = None,
+) -> Amounts:
     """kube's resourcehelper.PodRequests: sidecars add up, init containers take the max."""
 
-    def requests_of(c: _Container) -> Resources:
+    def requests_of(c: _Container) -> Amounts:
         if missing_defaults is None:
             return c.requests
         return {**missing_defaults, **c.requests}
 
-    total: Resources = {}
+    total: Amounts = {}
     for c in containers:
         _add(total, requests_of(c))
-    restartable_sum: Resources = {}
-    init_max: Resources = {}
+    restartable_sum: Amounts = {}
+    init_max: Amounts = {}
     for c in init_containers:
         reqs = requests_of(c)
         if c.restartable:
@@ -379,16 +390,20 @@ class PodInfo:
             for i, c in enumerate(_list(spec.get("initContainers"), where, "spec.initContainers"))
         ]
         pod_resources = _mapping(spec.get("resources"), where, "spec.resources")
-        pod_limits = _resources(pod_resources.get("limits"), where, "spec.resources.limits")
+        pod_limits = _quantities(pod_resources.get("limits"), where, "spec.resources.limits")
         pod_level = {
             **pod_limits,
-            **_resources(pod_resources.get("requests"), where, "spec.resources.requests"),
+            **_quantities(pod_resources.get("requests"), where, "spec.resources.requests"),
         }
-        overhead = _resources(spec.get("overhead"), where, "spec.overhead")
+        overhead = _quantities(spec.get("overhead"), where, "spec.overhead")
+        # Summed exactly and rounded once per resource, as kube rounds the pod's total.
         requests = _pod_requests(containers, init_containers, pod_level, overhead)
         # kube's calculateResource: every container missing a cpu/memory request counts the
         # default; with pod-level requests set, only a resource missing at both levels does.
-        defaults = {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST}
+        defaults = {
+            "cpu": Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
+            "memory": Fraction(DEFAULT_MEMORY_REQUEST),
+        }
         if any(name in defaults for name in pod_level):
             defaults = {name: v for name, v in defaults.items() if name not in requests}
         non_zero = _pod_requests(
@@ -472,9 +487,9 @@ class PodInfo:
             node_name=node_name,
             phase=_str(status.get("phase"), where, "status.phase"),
             priority=_int(spec.get("priority"), where, "spec.priority"),
-            requests=requests,
-            non_zero_cpu=non_zero.get("cpu", 0),
-            non_zero_memory=non_zero.get("memory", 0),
+            requests=_units(requests),
+            non_zero_cpu=to_units("cpu", non_zero.get("cpu", Fraction(0))),
+            non_zero_memory=to_units("memory", non_zero.get("memory", Fraction(0))),
             host_ports=host_ports,
             images=tuple(normalized_image_name(c.image) for c in everything if c.image),
             tolerations=tuple(tolerations),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["QuantityError", "format_milli", "parse_quantity", "resource_value"]
+__all__ = ["QuantityError", "format_milli", "parse_quantity", "resource_value", "to_units"]
 
 
 class QuantityError(ValueError):
@@ -148,11 +148,15 @@ def parse_quantity(value: str | int | float) -> Fraction:
     return -amount if negative else amount
 
 
-def resource_value(name: str, value: str | int | float) -> int:
-    """The integer kube schedules with: milli-CPU for ``cpu``, units for the rest, rounded up
-    (away from zero, like kube's MilliValue and Value)."""
-    quantity = parse_quantity(value)
+def to_units(name: str, quantity: Fraction) -> int:
+    """An exact amount in kube's integer unit for the resource: milli-CPU for ``cpu``, units
+    for the rest, rounded up (away from zero, like kube's MilliValue and Value)."""
     return _round_up(quantity * 1000) if name == "cpu" else _round_up(quantity)
+
+
+def resource_value(name: str, value: str | int | float) -> int:
+    """The integer kube schedules with for one quantity (see `to_units`)."""
+    return to_units(name, parse_quantity(value))
 
 
 def format_milli(millis: int) -> str:

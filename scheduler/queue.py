@@ -109,10 +109,14 @@ class SchedulingQueue(Generic[T]):
 
     def pending(self) -> dict[str, int]:
         """Pods per sub-queue (kube's scheduler_pending_pods{queue})."""
-        out = {w.value: 0 for w in Where}
-        for w in self._where.values():
-            out[w.value] += 1
-        return out
+        active, backoff = len(self._active_seq), len(self._backoff_seq)
+        unschedulable = len(self._unschedulable)
+        return {
+            Where.ACTIVE.value: active,
+            Where.BACKOFF.value: backoff,
+            Where.UNSCHEDULABLE.value: unschedulable,
+            Where.IN_FLIGHT.value: len(self._where) - active - backoff - unschedulable,
+        }
 
     def backoff_duration(self, attempts: int) -> float:
         if attempts <= 0:

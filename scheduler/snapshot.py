@@ -340,7 +340,8 @@ class Snapshot:
 
     def _account(self, slot: int, pod: PodInfo, sign: int) -> None:
         for name, amount in pod.requests.items():
-            self.requested[self.resource_row(name), slot] += sign * amount
+            row = self.resource_row(name)  # may grow the buffers: index after
+            self.requested[row, slot] += sign * amount
         self.non_zero_cpu[slot] += sign * pod.non_zero_cpu
         self.non_zero_memory[slot] += sign * pod.non_zero_memory
         self.pod_count[slot] += sign

@@ -100,7 +100,10 @@ def run_scheduler(args: argparse.Namespace) -> int:
 
 
 async def _load_config(
-    settings: Settings, client: KubeClient, metrics: Metrics, recorder: EventRecorder,
+    settings: Settings,
+    client: KubeClient,
+    metrics: Metrics,
+    recorder: EventRecorder,
     apply: Callable[[SchedulerConfiguration, dict[str, Framework]], None],
 ) -> tuple[SchedulerConfiguration, dict[str, Framework], ConfigMapSource | None]:
     if settings.config_map:
@@ -108,7 +111,13 @@ async def _load_config(
         if not ns or not name:
             raise ConfigError(f"--config-map: must be NAMESPACE/NAME, got {settings.config_map!r}")
         source = ConfigMapSource(
-            client, ns, name, settings.builder, apply, recorder, metrics,
+            client,
+            ns,
+            name,
+            settings.builder,
+            apply,
+            recorder,
+            metrics,
             backoff=settings.options.reflector_backoff,
         )
         config, frameworks = await source.load_initial()
@@ -175,7 +184,10 @@ async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) ->
     elector = None
     if settings.leader_elect:
         elector = LeaderElector(
-            client, settings.lease_namespace, settings.lease_name, settings.identity,
+            client,
+            settings.lease_namespace,
+            settings.lease_name,
+            settings.identity,
             settings.lease_timing,
         )
     code = 0
@@ -211,6 +223,7 @@ async def _lead_and_schedule(
     settings: Settings,
 ) -> int:
     """Wait for leadership (if elected), then schedule until stop (0) or lost lease (1)."""
+
     async def wait_stop() -> None:
         await stop.wait()
 

@@ -132,7 +132,9 @@ class KubeClient:
                     body=body,
                     _request_timeout=timeout,
                 )
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except TimeoutError as exc:
+                raise ApiError(0, f"{method} {path}: timed out", "Timeout") from exc
+            except aiohttp.ClientError as exc:
                 raise ApiError(0, f"{type(exc).__name__}: {exc}", "Transport") from exc
             if resp.status == 429 or (resp.status >= 500 and "Retry-After" in resp.headers):
                 retry_after = resp.headers.get("Retry-After")

@@ -91,20 +91,28 @@ class ConfigMapSource:
         except ConfigError as exc:
             self.last_error = str(exc)
             self.metrics.config_reloads.labels("failure").inc()
-            log.error("configuration rejected, keeping the last good one", error=str(exc),
-                      configmap=f"{self.namespace}/{self.name}",
-                      resource_version=md.get("resourceVersion"))
+            log.error(
+                "configuration rejected, keeping the last good one",
+                error=str(exc),
+                configmap=f"{self.namespace}/{self.name}",
+                resource_version=md.get("resourceVersion"),
+            )
             ref = ObjectRef("ConfigMap", self.namespace, self.name, str(md.get("uid") or ""))
             self.recorder.record(ref, "Warning", "InvalidConfiguration", "Reload", str(exc))
             return
         self.last_error = None
         self.apply(config, frameworks)
         self.metrics.config_reloads.labels("success").inc()
-        log.info("configuration applied", configmap=f"{self.namespace}/{self.name}",
-                 resource_version=md.get("resourceVersion"),
-                 profiles=[p.scheduler_name for p in config.profiles])
+        log.info(
+            "configuration applied",
+            configmap=f"{self.namespace}/{self.name}",
+            resource_version=md.get("resourceVersion"),
+            profiles=[p.scheduler_name for p in config.profiles],
+        )
 
     def on_delete(self, obj: Obj) -> None:
         self.last_text = None
-        log.warning("configuration ConfigMap deleted, keeping the last good configuration",
-                    configmap=f"{self.namespace}/{self.name}")
+        log.warning(
+            "configuration ConfigMap deleted, keeping the last good configuration",
+            configmap=f"{self.namespace}/{self.name}",
+        )

@@ -118,9 +118,7 @@ class EventRecorder:
         """The object is gone: drop its dedup and rate-limit state."""
         self._buckets.pop((namespace, name), None)
 
-    def record(
-        self, ref: ObjectRef, type_: str, reason: str, action: str, note: str
-    ) -> bool:
+    def record(self, ref: ObjectRef, type_: str, reason: str, action: str, note: str) -> bool:
         """Queue one Event; False when deduplicated, rate limited or the queue is full."""
         if not self._allow(ref, reason, note):
             self.suppressed += 1

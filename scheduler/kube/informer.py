@@ -168,7 +168,9 @@ class Reflector:
                 failures += 1
                 delay = self.backoff.delay(failures, self.rng)
                 log.warning(
-                    "list/watch failed", informer=self.name, error=str(exc),
+                    "list/watch failed",
+                    informer=self.name,
+                    error=str(exc),
                     retry_in=round(delay, 3),
                 )
             await asyncio.sleep(delay)

@@ -122,8 +122,11 @@ class LeaderElector:
             try:
                 if await self.try_acquire_or_renew():
                     self.is_leader = True
-                    log.info("leadership acquired", lease=f"{self.namespace}/{self.name}",
-                             identity=self.identity)
+                    log.info(
+                        "leadership acquired",
+                        lease=f"{self.namespace}/{self.name}",
+                        identity=self.identity,
+                    )
                     return
             except ApiError as exc:
                 if exc.status != 409:
@@ -147,8 +150,9 @@ class LeaderElector:
             taken = self._observed is not None and self._observed[0] not in ("", self.identity)
             if taken or self.clock() - last_renew >= self.timing.renew_deadline:
                 self.is_leader = False
-                log.error("leadership lost", lease=f"{self.namespace}/{self.name}",
-                          identity=self.identity)
+                log.error(
+                    "leadership lost", lease=f"{self.namespace}/{self.name}", identity=self.identity
+                )
                 return
 
     async def release(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,9 +38,7 @@ from scheduler.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_GPUS,
     ANNOTATION_TOPOLOGY,
-    TopologyError,
     format_gpu_indices,
-    parse_gpu_indices,
 )
 
 Obj = dict[str, Any]
@@ -59,21 +58,6 @@ class Options:
     event_workers: int = 4
     shutdown_grace: float = 30.0
     clock: Callable[[], float] = time.monotonic
-
-
-def annotation_gpus(
-    snapshot: Snapshot, slot: int, pod: PodInfo, chosen: tuple[int, ...] | None, guess: bool
-) -> tuple[int, ...] | None:
-    """GPUs a pod holds: our own choice, else the `topo-scheduler.io/gpus` annotation."""
-    if chosen is not None:
-        return chosen
-    text = pod.annotations.get(ANNOTATION_GPUS)
-    if not text:
-        return None
-    try:
-        return parse_gpu_indices(text, pod=pod.key)
-    except TopologyError:
-        return None
 
 
 def _node_signature(obj: Obj) -> tuple[Any, ...]:
@@ -124,7 +108,7 @@ class KubeScheduler:
         self.config = config
         self.frameworks = frameworks
         self.names = frozenset(frameworks)
-        self.cache = Cache(gpu_resolver=annotation_gpus)
+        self.cache = Cache()  # the core's GPU accounting: kubelet report, annotation, choice
         self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
             self.options.clock,
             self.options.initial_backoff,
@@ -132,16 +116,25 @@ class KubeScheduler:
             self.options.max_unschedulable,
         )
         self.pods = Reflector(
-            client, "/api/v1/pods", _PodHandler(self), name="pods",
-            watch_timeout=self.options.watch_timeout, backoff=self.options.reflector_backoff,
+            client,
+            "/api/v1/pods",
+            _PodHandler(self),
+            name="pods",
+            watch_timeout=self.options.watch_timeout,
+            backoff=self.options.reflector_backoff,
             on_relist=self._relisted,
         )
         self.nodes = Reflector(
-            client, "/api/v1/nodes", _NodeHandler(self), name="nodes",
-            watch_timeout=self.options.watch_timeout, backoff=self.options.reflector_backoff,
+            client,
+            "/api/v1/nodes",
+            _NodeHandler(self),
+            name="nodes",
+            watch_timeout=self.options.watch_timeout,
+            backoff=self.options.reflector_backoff,
             on_relist=self._relisted,
         )
         self.foreign: set[str] = set()  # unbound pods of other schedulers
+        self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
         self.conditions: dict[str, str] = {}  # pod key -> PodScheduled=False message we set
         self.queued_at: dict[str, float] = {}  # pod key -> when first seen pending
@@ -253,6 +246,12 @@ class KubeScheduler:
             self._unschedulable(pod, fw, result, elapsed)
             return
         gpus = result.gpus
+        if gpus:
+            # what the binding is about to write; a stale set from an earlier failed binding
+            # must not be what the cache accounts for this pod meanwhile
+            pod = dataclasses.replace(
+                pod, annotations={**pod.annotations, ANNOTATION_GPUS: format_gpu_indices(gpus)}
+            )
         self.cache.assume(pod, result.node, gpus)
         self.metrics.schedule_attempts.labels("scheduled", fw.profile).inc()
         if result.allocation is not None and result.allocation.score is not None:
@@ -279,7 +278,9 @@ class KubeScheduler:
         self.metrics.attempt_duration.labels("unschedulable", fw.profile).observe(elapsed)
         self.queue.unschedulable(pod.key)
         log.info(
-            "pod unschedulable", pod=pod.key, message=message,
+            "pod unschedulable",
+            pod=pod.key,
+            message=message,
             duration_ms=round(elapsed * 1000, 3),
         )
         ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
@@ -401,7 +402,9 @@ class KubeScheduler:
             ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
             self.recorder.record(ref, "Normal", "Scheduled", "Binding", note)
             log.info(
-                "pod bound", pod=key, node=node,
+                "pod bound",
+                pod=key,
+                node=node,
                 gpus=format_gpu_indices(gpus) if gpus else None,
                 binding_ms=round(bind_time * 1000, 3),
             )
@@ -418,21 +421,54 @@ class KubeScheduler:
 
     # -- informer handlers ----------------------------------------------------------------
 
+    def _parse_pod(self, obj: Obj, old: Obj | None) -> PodInfo:
+        """PodInfo for a watch event; reuses the last parse when only status moved on.
+
+        Binding and status updates (most events) change spec.nodeName, status and
+        annotations only; re-parsing containers and quantities for them is the costly part.
+        """
+        md = obj.get("metadata") or {}
+        prev = self.infos.get(f"{md.get('namespace') or 'default'}/{md.get('name')}")
+        if old is not None and prev is not None and prev.uid == md.get("uid"):
+            spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+            old_md = old.get("metadata") or {}
+            annotations = md.get("annotations") or {}
+            if (
+                {k: v for k, v in spec.items() if k != "nodeName"}
+                == {k: v for k, v in old_spec.items() if k != "nodeName"}
+                and md.get("labels") == old_md.get("labels")
+                and md.get("deletionTimestamp") == old_md.get("deletionTimestamp")
+                and all(isinstance(v, str) for v in annotations.values())
+                and isinstance(spec.get("nodeName") or "", str)
+                and isinstance((obj.get("status") or {}).get("phase") or "", str)
+            ):
+                return dataclasses.replace(
+                    prev,
+                    node_name=spec.get("nodeName") or None,
+                    phase=(obj.get("status") or {}).get("phase") or "",
+                    annotations=dict(annotations),
+                    resource_version=str(md.get("resourceVersion") or ""),
+                )
+        return PodInfo.from_object(obj)
+
     def _pods_upsert(self, obj: Obj, old: Obj | None) -> None:
         try:
-            pod = PodInfo.from_object(obj)
+            pod = self._parse_pod(obj, old)
         except ModelError as exc:
             log.error("pod not understood", error=str(exc))
             md = obj.get("metadata") or {}
             if eligible(obj, self.names):
-                ref = ObjectRef("Pod", str(md.get("namespace")), str(md.get("name")),
-                                str(md.get("uid") or ""))
+                ref = ObjectRef(
+                    "Pod", str(md.get("namespace")), str(md.get("name")), str(md.get("uid") or "")
+                )
                 self.recorder.record(ref, "Warning", "FailedScheduling", "Scheduling", str(exc))
             return
         key = pod.key
+        self.infos[key] = pod
         if pod.node_name:
             was_terminal = old is not None and (old.get("status") or {}).get("phase") in (
-                "Succeeded", "Failed"
+                "Succeeded",
+                "Failed",
             )
             self.cache.add_pod(pod)
             self.queue.delete(key)
@@ -467,6 +503,7 @@ class KubeScheduler:
         key = f"{md.get('namespace')}/{md.get('name')}"
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         held = self.cache.get(key) is not None
+        self.infos.pop(key, None)
         self.cache.remove_pod(key)
         self.queue.delete(key)
         self.foreign.discard(key)
@@ -528,8 +565,13 @@ def _guarded(kind: str, fn: Callable[..., None], *args: Any) -> None:
         fn(*args)
     except Exception as exc:
         md = (args[0].get("metadata") or {}) if args and isinstance(args[0], dict) else {}
-        log.exception("event handling failed", kind=kind, name=md.get("name"),
-                      namespace=md.get("namespace"), error=str(exc))
+        log.exception(
+            "event handling failed",
+            kind=kind,
+            name=md.get("name"),
+            namespace=md.get("namespace"),
+            error=str(exc),
+        )
 
 
 class _PodHandler:

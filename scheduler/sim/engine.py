@@ -54,6 +54,7 @@ __all__ = [
 POLICIES = ("topology", "count-only", "naive")
 GPU_PLUGIN = "GPUTopology"
 
+MIN_STEP = 1e-6
 ARRIVAL = 0
 COMPLETION = 1
 
@@ -222,7 +223,10 @@ class Simulation:
                     break  # nothing can change any more: the rest stays pending
             times = [] if next_event is None else [next_event]
             if wake is not None:
-                times.append(self.now + wake)
+                # At least a microsecond: the queue's flush (`now - since >= limit`) and its
+                # next_wakeup (`since + limit - now`) round differently, so a wake-up of ~1e-13 s
+                # can leave the clock where it is and the unschedulable pod where it is.
+                times.append(self.now + max(wake, MIN_STEP))
             if not times:
                 break
             self.now = max(self.now, min(times))

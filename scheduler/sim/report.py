@@ -227,11 +227,11 @@ def render_table(doc: Mapping[str, Any]) -> str:
 
     policies: Mapping[str, Mapping[str, Any]] = doc["policies"]
     sc = doc["scenario"]
-    table = Table(
-        title=f"{sc['name']}: {sc['nodes']} nodes, {sc['gpus']} GPUs, {sc['gpu_jobs']} GPU jobs, "
-        f"{sc['cpu_pods']} CPU pods (seed {sc['seed']})",
-        header_style="bold",
+    title = (
+        f"{sc['name']}: {sc['nodes']} nodes, {sc['gpus']} GPUs, {sc['gpu_jobs']} GPU jobs, "
+        f"{sc['cpu_pods']} CPU pods (seed {sc['seed']})"
     )
+    table = Table(header_style="bold")
     table.add_column("metric", no_wrap=True)
     for name in policies:
         table.add_column(name, justify="right")
@@ -279,6 +279,7 @@ def render_table(doc: Mapping[str, Any]) -> str:
     row("makespan", lambda p: p["makespan_seconds"], "s")
     out = StringIO()
     console = Console(file=out, width=120, highlight=False)
+    console.print(title, soft_wrap=True)
     console.print(table)
     for name, p in policies.items():
         for reason, count in list(p["pending_reasons"].items())[:3]:

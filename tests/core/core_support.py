@@ -48,7 +48,9 @@ def profile_config(
     plugin_config: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A one-profile configuration mapping with GPUTopology disabled (it is not ours)."""
-    merged: dict[str, Any] = {k: {"disabled": list(v["disabled"])} for k, v in NO_GPU_PLUGINS.items()}
+    merged: dict[str, Any] = {
+        k: {"disabled": list(v["disabled"])} for k, v in NO_GPU_PLUGINS.items()
+    }
     for point, value in (plugins or {}).items():
         entry = merged.setdefault(point, {})
         entry.setdefault("disabled", [])

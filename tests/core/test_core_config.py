@@ -13,10 +13,21 @@ from scheduler.config import ConfigError, default_config, load_config
 from scheduler.framework import NO_NODES_MESSAGE, fit_error_message
 from scheduler.model import PodInfo
 
-DEFAULT_SCORES = [("TaintToleration", 3), ("NodeAffinity", 2), ("NodeResourcesFit", 1),
-                  ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1)]  # fmt: skip
-DEFAULT_FILTERS = ["NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts",
-                   "NodeResourcesFit", "NodeMemoryPressure"]  # fmt: skip
+DEFAULT_SCORES = [
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodeResourcesFit", 1),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
+]
+DEFAULT_FILTERS = [
+    "NodeUnschedulable",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "NodeMemoryPressure",
+]
 
 
 def _scores(plugins: dict[str, Any] | None = None) -> list[tuple[str, int]]:
@@ -30,8 +41,6 @@ def _filters(plugins: dict[str, Any] | None = None) -> list[str]:
 def test_default_profile() -> None:
     profile = default_config().profiles[0]
     assert profile.scheduler_name == "topo-scheduler"
-    assert profile.scores()[:5] == DEFAULT_SCORES
-    assert profile.filters()[:6] == DEFAULT_FILTERS
     assert _scores() == DEFAULT_SCORES
     assert _filters() == DEFAULT_FILTERS
     assert framework().weights == dict(DEFAULT_SCORES)
@@ -44,9 +53,14 @@ def test_empty_config_is_the_default() -> None:
 
 def test_disable_all_scores_with_star() -> None:
     assert _scores({"score": {"disabled": [{"name": "*"}]}}) == []
-    assert _scores({"score": {"disabled": [{"name": "*"}],
-                              "enabled": [{"name": "ImageLocality", "weight": 4}]}}) == [
-        ("ImageLocality", 4)]  # fmt: skip
+    assert _scores(
+        {
+            "score": {
+                "disabled": [{"name": "*"}],
+                "enabled": [{"name": "ImageLocality", "weight": 4}],
+            }
+        }
+    ) == [("ImageLocality", 4)]
 
 
 def test_disable_all_filters_with_star_then_enable_one() -> None:
@@ -54,10 +68,16 @@ def test_disable_all_filters_with_star_then_enable_one() -> None:
     assert got == ["NodePorts"]
 
 
-def test_reenabling_a_default_keeps_its_position_with_the_new_weight() -> None:
+def test_reenabling_a_default_moves_it_first_with_the_new_weight() -> None:
+    """kube v1 expands MultiPoint defaults after the plugins a point re-configures."""
     got = _scores({"score": {"enabled": [{"name": "NodeAffinity", "weight": 7}]}})
-    assert got == [("TaintToleration", 3), ("NodeAffinity", 7), ("NodeResourcesFit", 1),
-                   ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1)]  # fmt: skip
+    assert got == [
+        ("NodeAffinity", 7),
+        ("TaintToleration", 3),
+        ("NodeResourcesFit", 1),
+        ("NodeResourcesBalancedAllocation", 1),
+        ("ImageLocality", 1),
+    ]
 
 
 def test_zero_weight_means_one() -> None:
@@ -72,8 +92,14 @@ def test_disabling_one_default() -> None:
 
 
 def test_disabled_then_enabled_again_goes_last() -> None:
-    got = _scores({"score": {"disabled": [{"name": "TaintToleration"}],
-                             "enabled": [{"name": "TaintToleration", "weight": 9}]}})  # fmt: skip
+    got = _scores(
+        {
+            "score": {
+                "disabled": [{"name": "TaintToleration"}],
+                "enabled": [{"name": "TaintToleration", "weight": 9}],
+            }
+        }
+    )
     assert got[-1] == ("TaintToleration", 9)
     assert len(got) == 5
 
@@ -86,15 +112,28 @@ def test_multipoint_and_prefilter_points() -> None:
 
 
 def test_plugin_args_reach_plugins() -> None:
-    fw = framework(plugin_config=[
-        {"name": "NodeResourcesFit", "args": {
-            "scoringStrategy": {"type": "MostAllocated",
-                                "resources": [{"name": "cpu", "weight": 2},
-                                              {"name": "nvidia.com/gpu", "weight": 5}]},
-            "ignoredResources": ["example.com/foo"], "ignoredResourceGroups": ["acme.io"]}},
-        {"name": "NodeResourcesBalancedAllocation",
-         "args": {"resources": [{"name": "cpu", "weight": 1}, {"name": "nvidia.com/gpu"}]}},
-    ])  # fmt: skip
+    fw = framework(
+        plugin_config=[
+            {
+                "name": "NodeResourcesFit",
+                "args": {
+                    "scoringStrategy": {
+                        "type": "MostAllocated",
+                        "resources": [
+                            {"name": "cpu", "weight": 2},
+                            {"name": "nvidia.com/gpu", "weight": 5},
+                        ],
+                    },
+                    "ignoredResources": ["example.com/foo"],
+                    "ignoredResourceGroups": ["acme.io"],
+                },
+            },
+            {
+                "name": "NodeResourcesBalancedAllocation",
+                "args": {"resources": [{"name": "cpu", "weight": 1}, {"name": "nvidia.com/gpu"}]},
+            },
+        ]
+    )
     fit = next(p for p in fw.filters if p.name == "NodeResourcesFit")
     args = fit.args  # type: ignore[attr-defined]
     assert args.strategy == MOST_ALLOCATED
@@ -107,31 +146,54 @@ def test_plugin_args_reach_plugins() -> None:
 
 def test_plugin_args_change_the_decision() -> None:
     # Spread (default LeastAllocated) picks the empty node; MostAllocated packs onto the busy one.
-    cache = cache_of([node("busy", cpu="8"), node("empty", cpu="8")],
-                     [pod("e", {"cpu": "4", "memory": "1Gi"}, node_name="busy")])  # fmt: skip
+    cache = cache_of(
+        [node("busy", cpu="8"), node("empty", cpu="8")],
+        [pod("e", {"cpu": "4", "memory": "1Gi"}, node_name="busy")],
+    )
     p = pod_info("p", {"cpu": "1", "memory": "1Gi"})
     assert framework().schedule(p, cache.snapshot).node == "empty"
-    most = framework(plugin_config=[{"name": "NodeResourcesFit", "args": {
-        "scoringStrategy": {"type": "MostAllocated"}}}])  # fmt: skip
+    most = framework(
+        plugin_config=[
+            {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}
+        ]
+    )
     assert most.schedule(p, cache.snapshot).node == "busy"
 
 
 def test_requested_to_capacity_ratio_shape_is_scaled() -> None:
-    fw = framework(plugin_config=[{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
-        "type": "RequestedToCapacityRatio",
-        "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
-                                               {"utilization": 100, "score": 10}]}}}}])  # fmt: skip
+    fw = framework(
+        plugin_config=[
+            {
+                "name": "NodeResourcesFit",
+                "args": {
+                    "scoringStrategy": {
+                        "type": "RequestedToCapacityRatio",
+                        "requestedToCapacityRatio": {
+                            "shape": [
+                                {"utilization": 0, "score": 0},
+                                {"utilization": 100, "score": 10},
+                            ]
+                        },
+                    }
+                },
+            }
+        ]
+    )
     fit = next(p for p in fw.filters if p.name == "NodeResourcesFit")
     assert fit.args.strategy == REQUESTED_TO_CAPACITY_RATIO  # type: ignore[attr-defined]
     assert fit.args.shape == (ShapePoint(0, 0), ShapePoint(100, 100))  # type: ignore[attr-defined]
 
 
 def test_empty_resources_list_means_the_default_set() -> None:
-    fw = framework(plugin_config=[
-        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "LeastAllocated",
-                                                                  "resources": []}}},
-        {"name": "NodeResourcesBalancedAllocation", "args": {"resources": []}},
-    ])  # fmt: skip
+    fw = framework(
+        plugin_config=[
+            {
+                "name": "NodeResourcesFit",
+                "args": {"scoringStrategy": {"type": "LeastAllocated", "resources": []}},
+            },
+            {"name": "NodeResourcesBalancedAllocation", "args": {"resources": []}},
+        ]
+    )
     fit = next(p for p in fw.filters if p.name == "NodeResourcesFit")
     assert [r.name for r in fit.args.resources] == ["cpu", "memory"]  # type: ignore[attr-defined]
     balanced = next(p for p, _ in fw.scores if p.name == "NodeResourcesBalancedAllocation")
@@ -143,84 +205,190 @@ def _fit_args(args: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 BAD_CONFIGS: list[tuple[str, dict[str, Any] | str, str]] = [
-    ("fit resource weight over 100",
-     profile_config(plugin_config=_fit_args({"scoringStrategy": {"type": "LeastAllocated",
-         "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 101}]}})),
-     "profiles[0].pluginConfig[0].args.scoringStrategy.resources[1].weight: "
-     "must be between 1 and 100"),
-    ("fit resource weight negative",
-     profile_config(plugin_config=_fit_args({"scoringStrategy": {"type": "MostAllocated",
-         "resources": [{"name": "memory", "weight": -1}]}})),
-     "profiles[0].pluginConfig[0].args.scoringStrategy.resources[0].weight: "
-     "must be between 1 and 100"),
-    ("unknown strategy",
-     profile_config(plugin_config=_fit_args({"scoringStrategy": {"type": "Bogus"}})),
-     'profiles[0].pluginConfig[0].args.scoringStrategy.type: Unsupported value: "Bogus"'),
-    ("unknown args field", profile_config(plugin_config=_fit_args({"bogus": 1})),
-     'profiles[0].pluginConfig[0].args.bogus: unknown field "bogus"'),
-    ("shape required",
-     profile_config(plugin_config=_fit_args({"scoringStrategy": {
-         "type": "RequestedToCapacityRatio"}})),
-     "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape: "
-     "Required value"),
-    ("shape unsorted",
-     profile_config(plugin_config=_fit_args({"scoringStrategy": {
-         "type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [
-             {"utilization": 50, "score": 1}, {"utilization": 50, "score": 2}]}}})),
-     "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[1]"
-     ".utilization: utilization values must be sorted in increasing order"),
-    ("shape score over 10",
-     profile_config(plugin_config=_fit_args({"scoringStrategy": {
-         "type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [
-             {"utilization": 50, "score": 11}]}}})),
-     "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[0]"
-     ".score: must be between 0 and 10"),
-    ("ignored resource group with a slash",
-     profile_config(plugin_config=_fit_args({"ignoredResourceGroups": ["a/b"]})),
-     "profiles[0].pluginConfig[0].args.ignoredResourceGroups[0]: resource group name can't "
-     "contain '/'"),
-    ("balanced allocation weight must be 1",
-     profile_config(plugin_config=[{"name": "NodeResourcesBalancedAllocation", "args": {
-         "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 2}]}}]),
-     "profiles[0].pluginConfig[0].args.resources[1].weight: must be 1"),
-    ("balanced allocation duplicate resource",
-     profile_config(plugin_config=[{"name": "NodeResourcesBalancedAllocation", "args": {
-         "resources": [{"name": "cpu"}, {"name": "cpu"}]}}]),
-     'profiles[0].pluginConfig[0].args.resources[1].name: Duplicate value: "cpu"'),
-    ("args for a plugin without args",
-     profile_config(plugin_config=[{"name": "TaintToleration", "args": {"x": 1}}]),
-     'profiles[0].pluginConfig[0].args.x: unknown field "x"'),
-    ("unregistered pluginConfig", profile_config(plugin_config=[{"name": "Nope", "args": {}}]),
-     "profiles[0].pluginConfig[0].name: plugin 'Nope' is not registered"),
-    ("unregistered score plugin", profile_config({"score": {"enabled": [{"name": "Bogus"}]}}),
-     "profiles[0].plugins.score: plugin 'Bogus' is not registered"),
-    ("score weight over 100",
-     profile_config({"score": {"enabled": [{"name": "ImageLocality", "weight": 101}]}}),
-     "profiles[0].plugins.score.enabled[0].weight: must be between 0 and 100"),
-    ("negative score weight",
-     profile_config({"score": {"enabled": [{"name": "ImageLocality", "weight": -2}]}}),
-     "profiles[0].plugins.score.enabled[0].weight: must be a non-negative integer"),
-    ("star in enabled", profile_config({"score": {"enabled": [{"name": "*"}]}}),
-     "profiles[0].plugins.score.enabled[0].name: '*' can only be used in disabled"),
-    ("kube-only extension point", {"profiles": [{"plugins": {"bind": {}}}]},
-     "profiles[0].plugins.bind: extension point not supported by topo-scheduler"),
-    ("unknown extension point", {"profiles": [{"plugins": {"sort": {}}}]},
-     'profiles[0].plugins.sort: unknown field "sort"'),
-    ("duplicate profile", {"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]},
-     'profiles[1].schedulerName: Duplicate value: "a"'),
-    ("duplicate pluginConfig",
-     {"profiles": [{"pluginConfig": [{"name": "ImageLocality"}, {"name": "ImageLocality"}]}]},
-     "profiles[0].pluginConfig[1].name: pluginConfig for 'ImageLocality' given twice"),
-    ("wrong apiVersion", {"apiVersion": "kubescheduler.config.k8s.io/v1beta3"},
-     "apiVersion: must be kubescheduler.config.k8s.io/v1"),
+    (
+        "fit resource weight over 100",
+        profile_config(
+            plugin_config=_fit_args(
+                {
+                    "scoringStrategy": {
+                        "type": "LeastAllocated",
+                        "resources": [
+                            {"name": "cpu", "weight": 1},
+                            {"name": "memory", "weight": 101},
+                        ],
+                    }
+                }
+            )
+        ),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.resources[1].weight: "
+        "must be between 1 and 100",
+    ),
+    (
+        "fit resource weight negative",
+        profile_config(
+            plugin_config=_fit_args(
+                {
+                    "scoringStrategy": {
+                        "type": "MostAllocated",
+                        "resources": [{"name": "memory", "weight": -1}],
+                    }
+                }
+            )
+        ),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.resources[0].weight: "
+        "must be between 1 and 100",
+    ),
+    (
+        "unknown strategy",
+        profile_config(plugin_config=_fit_args({"scoringStrategy": {"type": "Bogus"}})),
+        'profiles[0].pluginConfig[0].args.scoringStrategy.type: Unsupported value: "Bogus"',
+    ),
+    (
+        "unknown args field",
+        profile_config(plugin_config=_fit_args({"bogus": 1})),
+        'profiles[0].pluginConfig[0].args.bogus: unknown field "bogus"',
+    ),
+    (
+        "shape required",
+        profile_config(
+            plugin_config=_fit_args({"scoringStrategy": {"type": "RequestedToCapacityRatio"}})
+        ),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape: "
+        "Required value",
+    ),
+    (
+        "shape unsorted",
+        profile_config(
+            plugin_config=_fit_args(
+                {
+                    "scoringStrategy": {
+                        "type": "RequestedToCapacityRatio",
+                        "requestedToCapacityRatio": {
+                            "shape": [
+                                {"utilization": 50, "score": 1},
+                                {"utilization": 50, "score": 2},
+                            ]
+                        },
+                    }
+                }
+            )
+        ),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[1]"
+        ".utilization: utilization values must be sorted in increasing order",
+    ),
+    (
+        "shape score over 10",
+        profile_config(
+            plugin_config=_fit_args(
+                {
+                    "scoringStrategy": {
+                        "type": "RequestedToCapacityRatio",
+                        "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 11}]},
+                    }
+                }
+            )
+        ),
+        "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[0]"
+        ".score: must be between 0 and 10",
+    ),
+    (
+        "ignored resource group with a slash",
+        profile_config(plugin_config=_fit_args({"ignoredResourceGroups": ["a/b"]})),
+        "profiles[0].pluginConfig[0].args.ignoredResourceGroups[0]: resource group name can't "
+        "contain '/'",
+    ),
+    (
+        "balanced allocation weight must be 1",
+        profile_config(
+            plugin_config=[
+                {
+                    "name": "NodeResourcesBalancedAllocation",
+                    "args": {
+                        "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 2}]
+                    },
+                }
+            ]
+        ),
+        "profiles[0].pluginConfig[0].args.resources[1].weight: must be 1",
+    ),
+    (
+        "balanced allocation duplicate resource",
+        profile_config(
+            plugin_config=[
+                {
+                    "name": "NodeResourcesBalancedAllocation",
+                    "args": {"resources": [{"name": "cpu"}, {"name": "cpu"}]},
+                }
+            ]
+        ),
+        'profiles[0].pluginConfig[0].args.resources[1].name: Duplicate value: "cpu"',
+    ),
+    (
+        "args for a plugin without args",
+        profile_config(plugin_config=[{"name": "TaintToleration", "args": {"x": 1}}]),
+        'profiles[0].pluginConfig[0].args.x: unknown field "x"',
+    ),
+    (
+        "unregistered pluginConfig",
+        profile_config(plugin_config=[{"name": "Nope", "args": {}}]),
+        "profiles[0].pluginConfig[0].name: plugin 'Nope' is not registered",
+    ),
+    (
+        "unregistered score plugin",
+        profile_config({"score": {"enabled": [{"name": "Bogus"}]}}),
+        "profiles[0].plugins.score: plugin 'Bogus' is not registered",
+    ),
+    (
+        "score weight over 100",
+        profile_config({"score": {"enabled": [{"name": "ImageLocality", "weight": 101}]}}),
+        "profiles[0].plugins.score.enabled[0].weight: must be between 0 and 100",
+    ),
+    (
+        "negative score weight",
+        profile_config({"score": {"enabled": [{"name": "ImageLocality", "weight": -2}]}}),
+        "profiles[0].plugins.score.enabled[0].weight: must be a non-negative integer",
+    ),
+    (
+        "star in enabled",
+        profile_config({"score": {"enabled": [{"name": "*"}]}}),
+        "profiles[0].plugins.score.enabled[0].name: '*' can only be used in disabled",
+    ),
+    (
+        "kube-only extension point",
+        {"profiles": [{"plugins": {"bind": {}}}]},
+        "profiles[0].plugins.bind: extension point not supported by topo-scheduler",
+    ),
+    (
+        "unknown extension point",
+        {"profiles": [{"plugins": {"sort": {}}}]},
+        'profiles[0].plugins.sort: unknown field "sort"',
+    ),
+    (
+        "duplicate profile",
+        {"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]},
+        'profiles[1].schedulerName: Duplicate value: "a"',
+    ),
+    (
+        "duplicate pluginConfig",
+        {"profiles": [{"pluginConfig": [{"name": "ImageLocality"}, {"name": "ImageLocality"}]}]},
+        "profiles[0].pluginConfig[1].name: pluginConfig for 'ImageLocality' given twice",
+    ),
+    (
+        "wrong apiVersion",
+        {"apiVersion": "kubescheduler.config.k8s.io/v1beta3"},
+        "apiVersion: must be kubescheduler.config.k8s.io/v1",
+    ),
     ("wrong kind", {"kind": "Pod"}, "kind: must be KubeSchedulerConfiguration"),
-    ("percentage out of range", {"percentageOfNodesToScore": 101},
-     "percentageOfNodesToScore: not in valid range [0-100]"),
+    (
+        "percentage out of range",
+        {"percentageOfNodesToScore": 101},
+        "percentageOfNodesToScore: not in valid range [0-100]",
+    ),
     ("extenders", {"extenders": [{"urlPrefix": "http://x"}]}, "extenders: not supported"),
     ("unknown top-level field", {"profile": []}, 'profile: unknown field "profile"'),
     ("not YAML", "profiles: [", "config: not valid YAML"),
     ("profiles not a list", {"profiles": {"a": 1}}, "profiles: must be a list, got dict"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -261,8 +429,12 @@ profiles:
 
 
 def test_fit_error_message_format() -> None:
-    counts = {"Insufficient cpu": 2, "node(s) had untolerated taint {a: b}": 10,
-              "Too many pods": 1, "never": 0}  # fmt: skip
+    counts = {
+        "Insufficient cpu": 2,
+        "node(s) had untolerated taint {a: b}": 10,
+        "Too many pods": 1,
+        "never": 0,
+    }
     # Entries are "<count> <reason>" sorted as strings: "10 ..." sorts before "2 ...".
     assert fit_error_message(13, counts) == (
         "0/13 nodes are available: 1 Too many pods, 10 node(s) had untolerated taint {a: b}, "

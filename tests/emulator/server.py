@@ -228,7 +228,11 @@ class EmulatorServer:
                 "application/strategic-merge-patch+json",
             ):
                 raise ApiError(
-                    415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (got {ctype})"
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types "
+                    "include: application/merge-patch+json, "
+                    f"application/strategic-merge-patch+json (got {ctype})",
                 )
             patch = await request.json()
             strategic = ctype == "application/strategic-merge-patch+json"
@@ -252,7 +256,9 @@ class EmulatorServer:
         }
         return _json(body)
 
-    async def _watch(self, request: web.Request, res: Resource, ns: str | None) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, res: Resource, ns: str | None
+    ) -> web.StreamResponse:
         q = request.query
         fields = parse_selector(q.get("fieldSelector"))
         labels = parse_selector(q.get("labelSelector"))
@@ -338,7 +344,8 @@ class EmulatorServer:
                         continue
                     last = change.rv
                     await emit(change)
-                    if self.faults.watch_drop_after is not None and sent >= self.faults.watch_drop_after:
+                    drop_after = self.faults.watch_drop_after
+                    if drop_after is not None and sent >= drop_after:
                         resp.force_close()
                         if request.transport is not None:
                             request.transport.close()

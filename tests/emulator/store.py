@@ -102,7 +102,9 @@ def conflict(res: Resource, name: str, why: str) -> ApiError:
     )
 
 
-STALE = "the object has been modified; please apply your changes to the latest version and try again"
+STALE = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
 
 
 def _now() -> str:
@@ -221,7 +223,7 @@ class Store:
         if kind != "DELETED":
             obj["metadata"]["resourceVersion"] = str(self.rv)
         else:
-            obj = copy.deepcopy(obj)
+            obj = {**obj, "metadata": dict(obj["metadata"])}
             obj["metadata"]["resourceVersion"] = str(self.rv)
         change = Change(self.rv, res, kind, obj, old)
         self.history.append(change)
@@ -317,13 +319,19 @@ class Store:
         self._check_rv(res, current, md.get("resourceVersion"))
         obj = copy.deepcopy(body)
         keep = ("uid", "creationTimestamp", "namespace", "name")
-        obj.setdefault("metadata", {}).update({k: current["metadata"][k] for k in keep if k in current["metadata"]})
+        old_md = current["metadata"]
+        obj.setdefault("metadata", {}).update({k: old_md[k] for k in keep if k in old_md})
         obj["kind"] = res.kind
         obj["apiVersion"] = res.api_version
         return self._store_update(res, current, obj)
 
     def patch(
-        self, res: Resource, namespace: str, name: str, patch: Obj, strategic: bool,
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        patch: Obj,
+        strategic: bool,
         subresource: str = "",
     ) -> Obj:
         current = self.get(res, namespace, name)
@@ -368,27 +376,42 @@ class Store:
         want_uid = (binding.get("metadata") or {}).get("uid")
         if want_uid and want_uid != pod["metadata"]["uid"]:
             raise conflict(
-                pods, name,
+                pods,
+                name,
                 f"Precondition failed: UID in precondition: {want_uid}, "
                 f"UID in object meta: {pod['metadata']['uid']}",
             )
         target = (binding.get("target") or {}).get("name")
         if not target:
-            raise ApiError(422, "Invalid", 'Binding.core "%s" is invalid: target.name: Required value' % name)
+            raise ApiError(
+                422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value'
+            )
         if pod["metadata"].get("deletionTimestamp"):
             raise conflict(
-                _BINDING, name,
+                _BINDING,
+                name,
                 f"pod {name} is being deleted, cannot be assigned to a host",
             )
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             raise conflict(_BINDING, name, f'pod {name} is already assigned to node "{node}"')
         annotations = (binding.get("metadata") or {}).get("annotations") or {}
-        obj = copy.deepcopy(pod)
+        # stored objects are never mutated in place: copy only the branches that change
+        obj = {
+            **pod,
+            "metadata": dict(pod["metadata"]),
+            "spec": dict(pod["spec"]),
+            "status": dict(pod.get("status") or {}),
+        }
         obj["spec"]["nodeName"] = target
         if annotations:
-            obj["metadata"].setdefault("annotations", {}).update(annotations)
-        conds = [c for c in obj["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
+            obj["metadata"]["annotations"] = {
+                **(obj["metadata"].get("annotations") or {}),
+                **annotations,
+            }
+        conds = [
+            c for c in obj["status"].get("conditions") or [] if c.get("type") != "PodScheduled"
+        ]
         conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
         obj["status"]["conditions"] = conds
         self.bindings.setdefault(key, []).append(target)

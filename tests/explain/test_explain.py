@@ -181,7 +181,7 @@ def test_config_changes_weights(
         ("pod", "", "must hold exactly one Pod, found 0"),
         ("config", "profiles:\n- schedulerName: topo-scheduler\n  pluginConfig:\n"
                    "  - name: NodeResourcesFit\n    args:\n      scoringStrategy:\n"
-                   "        resources: [{name: cpu, weight: 1}, {name: memory, weight: 0}]\n",
+                   "        resources: [{name: cpu, weight: 1}, {name: memory, weight: 101}]\n",
          "profiles[0].pluginConfig[0].args.scoringStrategy.resources[1].weight: "
          "must be between 1 and 100"),
         ("config", "profiles:\n- schedulerName: topo-scheduler\n  plugins:\n"

@@ -48,7 +48,8 @@ def test_schedules_gpu_pods_once_with_events_and_metrics(emulator: Emulator) -> 
         status, body = await asyncio.to_thread(_http, port, "/readyz")
         assert status == 200, body
         status, metrics = await asyncio.to_thread(_http, port, "/metrics")
-        assert 'scheduler_schedule_attempts_total{profile="topo-scheduler",result="scheduled"} 12.0' in metrics
+        series = 'scheduler_schedule_attempts_total{profile="topo-scheduler",result="scheduled"}'
+        assert f"{series} 12.0" in metrics
         assert "scheduler_binding_duration_seconds_bucket" in metrics
         assert 'scheduler_pending_pods{queue="unschedulable"}' in metrics
         assert rep.sched.foreign == {"default/theirs"}
@@ -134,16 +135,25 @@ def test_conflict_on_bind_drops_the_pod(emulator: Emulator) -> None:
         await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
         emulator.set_latency(0.3)
         emulator.create_pod("p", gpus=1)
-        await wait_for(lambda: rep.sched is not None and "default/p" in rep.sched.binding,
-                       what="assumed")
+        # our POST is in the server, held by the latency: another actor binds first
+        await wait_for(
+            lambda: emulator.request_count("POST", "/pods/p/binding") >= 1,
+            what="our binding request",
+        )
         store = emulator.server.store
         emulator.server.call(
             lambda: store.bind("default", "p", {"target": {"kind": "Node", "name": "other"}})
         )
         emulator.set_latency(0)
         await wait_for(lambda: emulator.binding_posts("default/p") >= 2, what="our bind")
-        await wait_for(lambda: rep.sched is not None and "default/p" not in rep.sched.queue
-                       and "default/p" not in rep.sched.binding, what="dropped")
+        await wait_for(
+            lambda: (
+                rep.sched is not None
+                and "default/p" not in rep.sched.queue
+                and "default/p" not in rep.sched.binding
+            ),
+            what="dropped",
+        )
         assert rep.sched is not None
         assert rep.sched.cache.node_of("default/p") == "other"
         assert await rep.shutdown() == 0
@@ -187,8 +197,12 @@ def test_two_replicas_race_for_the_lease(emulator: Emulator) -> None:
     async def scenario() -> None:
         a = Replica(fast_settings(emulator, leader_elect=True, identity="a")).start()
         b = Replica(fast_settings(emulator, leader_elect=True, identity="b")).start()
-        await wait_for(lambda: a.sched is not None and b.sched is not None
-                       and a.sched.synced and b.sched.synced, what="both synced")
+        await wait_for(
+            lambda: (
+                a.sched is not None and b.sched is not None and a.sched.synced and b.sched.synced
+            ),
+            what="both synced",
+        )
         for i in range(6):
             emulator.create_pod(f"p{i}", gpus=1)
         await wait_for(lambda: all_bound_once(emulator, _keys(6)), what="first wave")
@@ -196,9 +210,10 @@ def test_two_replicas_race_for_the_lease(emulator: Emulator) -> None:
         leader, standby = (a, b) if a.sched.active else (b, a)
         assert leader.sched is not None and standby.sched is not None
         assert not standby.sched.active and standby.sched.scheduled == 0
-        # the standby's caches are warm
-        assert len(standby.sched.cache.snapshot.index) == 2
-        assert standby.sched.cache.pod_count == 6
+        # the standby's caches are warm: it sees every binding the leader made
+        sched = standby.sched
+        await wait_for(lambda: sched.cache.pod_count == 6, what="standby cache")
+        assert sched.cache.node_count == 2
         assert await leader.shutdown() == 0  # releases the lease at once
         lease = emulator.get(LEASES, "topo-scheduler", "kube-system")
         assert lease["spec"]["holderIdentity"] in ("", standby.settings.identity)
@@ -219,8 +234,9 @@ def test_lost_lease_stops_scheduling_and_exits(emulator: Emulator) -> None:
         await wait_for(lambda: rep.sched is not None and rep.sched.active, what="leading")
         # someone else takes the lease over (e.g. after a partition)
         lease = emulator.get(LEASES, "topo-scheduler", "kube-system")
-        emulator.patch(LEASES, "topo-scheduler",
-                       {"spec": {"holderIdentity": "intruder"}}, "kube-system")
+        emulator.patch(
+            LEASES, "topo-scheduler", {"spec": {"holderIdentity": "intruder"}}, "kube-system"
+        )
         assert rep.task is not None
         code = await asyncio.wait_for(rep.task, 10)
         assert code == 1
@@ -252,8 +268,9 @@ def test_bad_config_map_rejected_while_scheduling_continues(emulator: Emulator) 
         # a valid change applies without restart: a second profile takes other pods
         second = good + "profiles:\n- schedulerName: topo-scheduler\n- schedulerName: gang\n"
         emulator.put_config_map("kube-system", "topo", {"config.yaml": second})
-        await wait_for(lambda: rep.sched is not None and "gang" in rep.sched.names,
-                       what="new profile")
+        await wait_for(
+            lambda: rep.sched is not None and "gang" in rep.sched.names, what="new profile"
+        )
         emulator.create_pod("g0", scheduler="gang", gpus=1)
         await wait_for(lambda: all_bound_once(emulator, ["default/g0"]), what="gang pod")
         _, metrics = await asyncio.to_thread(_http, rep.server.port, "/metrics")
@@ -268,7 +285,9 @@ def test_bad_config_map_rejected_while_scheduling_continues(emulator: Emulator) 
 
 def test_invalid_config_map_at_startup_fails_fast(emulator: Emulator) -> None:
     emulator.put_config_map(
-        "kube-system", "topo", {"config.yaml": "apiVersion: wrong/v1\nkind: KubeSchedulerConfiguration\n"}
+        "kube-system",
+        "topo",
+        {"config.yaml": "apiVersion: wrong/v1\nkind: KubeSchedulerConfiguration\n"},
     )
 
     async def scenario() -> int:
@@ -289,8 +308,9 @@ def test_node_deleted_while_its_pods_are_assumed(emulator: Emulator) -> None:
         emulator.set_latency(0.5)  # annotation PATCHes are slow: pods stay assumed
         for i in range(3):
             emulator.create_pod(f"p{i}", gpus=2)
-        await wait_for(lambda: rep.sched is not None and len(rep.sched.binding) == 3,
-                       what="assumed")
+        await wait_for(
+            lambda: rep.sched is not None and len(rep.sched.binding) == 3, what="assumed"
+        )
         emulator.delete(NODES, "doomed")
         emulator.create_node("fresh", gpus=8)
         emulator.set_latency(0)
@@ -301,3 +321,27 @@ def test_node_deleted_while_its_pods_are_assumed(emulator: Emulator) -> None:
     assert {emulator.pod(k)["spec"]["nodeName"] for k in _keys(3)} == {"fresh"}
     assert all(emulator.binding_posts(k) == 1 for k in _keys(3))
 
+
+def test_stale_gpu_annotation_does_not_double_book(emulator: Emulator) -> None:
+    """A pod still carrying the set of an earlier failed binding is accounted by the new one."""
+    emulator.create_node("n0", gpus=8)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        emulator.set_latency(0.5)  # keep the first pod assumed while the node changes
+        emulator.create_pod("stale", gpus=2, annotations={"topo-scheduler.io/gpus": "4,5"})
+        await wait_for(lambda: rep.sched is not None and "default/stale" in rep.sched.binding)
+        # another scheduler's pod lands on the node: the cache re-resolves its GPU sets
+        emulator.create_pod("theirs", scheduler="default-scheduler", node="n0", gpus=1)
+        await wait_for(lambda: rep.sched is not None and rep.sched.cache.get("default/theirs"))
+        emulator.create_pod("next", gpus=4)
+        await wait_for(lambda: all_bound_once(emulator, ["default/stale", "default/next"]))
+        emulator.set_latency(0)
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    held: list[str] = []
+    for key in ("default/stale", "default/next"):
+        held += emulator.pod(key)["metadata"]["annotations"]["topo-scheduler.io/gpus"].split(",")
+    assert len(held) == 6 and len(set(held)) == 6, held  # without the fix: 0,1 twice

@@ -40,7 +40,8 @@ def test_create_sets_metadata_and_list_has_rv(emulator: Emulator, core: kclient.
 
 
 def test_stale_resource_version_conflicts(emulator: Emulator, core: kclient.CoreV1Api) -> None:
-    core.create_namespaced_config_map("kube-system", {"metadata": {"name": "c"}, "data": {"k": "1"}})
+    body = {"metadata": {"name": "c"}, "data": {"k": "1"}}
+    core.create_namespaced_config_map("kube-system", body)
     cm = core.read_namespaced_config_map("c", "kube-system")
     cm.data = {"k": "2"}
     core.replace_namespaced_config_map("c", "kube-system", cm)
@@ -60,8 +61,12 @@ def test_binding_once_then_conflict_and_not_found(emulator: Emulator) -> None:
     cfg.host = emulator.url
     with kclient.ApiClient(cfg) as api:
         core = kclient.CoreV1Api(api)
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
-                "target": {"kind": "Node", "name": "n1"}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "p"},
+            "target": {"kind": "Node", "name": "n1"},
+        }
         resp = core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
         assert resp.status == 201
         assert json.loads(resp.data)["status"] == "Success"
@@ -80,13 +85,18 @@ def test_binding_once_then_conflict_and_not_found(emulator: Emulator) -> None:
 def test_field_selector_and_status_patch(emulator: Emulator, core: kclient.CoreV1Api) -> None:
     emulator.create_pod("mine")
     emulator.create_pod("other", scheduler="default-scheduler")
-    names = [p.metadata.name for p in core.list_pod_for_all_namespaces(
-        field_selector="spec.schedulerName=topo-scheduler,spec.nodeName=").items]
+    names = [
+        p.metadata.name
+        for p in core.list_pod_for_all_namespaces(
+            field_selector="spec.schedulerName=topo-scheduler,spec.nodeName="
+        ).items
+    ]
     assert names == ["mine"]
     cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
     core.patch_namespaced_pod_status("mine", "default", {"status": {"conditions": [cond]}})
     core.patch_namespaced_pod_status(
-        "mine", "default", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+        "mine", "default", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    )
     conds = emulator.pod("default/mine")["status"]["conditions"]
     assert {c["type"] for c in conds} == {"PodScheduled", "Ready"}
     core.patch_namespaced_pod("mine", "default", {"metadata": {"annotations": {"a": "b"}}})
@@ -106,14 +116,16 @@ def test_watch_replays_from_rv_and_410_when_too_old() -> None:
             w = kwatch.Watch()
             seen = [
                 (e["type"], e["object"].metadata.name)
-                for e in w.stream(core.list_pod_for_all_namespaces, resource_version=rv,
-                                  timeout_seconds=1)
+                for e in w.stream(
+                    core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=1
+                )
             ]
             assert seen == [("ADDED", "a"), ("ADDED", "b")]
             for i in range(5):
                 emu.create_pod(f"x{i}")
             resp = core.list_pod_for_all_namespaces(
-                watch=True, resource_version=rv, timeout_seconds=1, _preload_content=False)
+                watch=True, resource_version=rv, timeout_seconds=1, _preload_content=False
+            )
             first = json.loads(resp.data.splitlines()[0])
             assert first["type"] == "ERROR" and first["object"]["code"] == 410
             assert "too old resource version" in first["object"]["message"]
@@ -133,7 +145,8 @@ def test_aio_client_watch_dropped_and_fault(emulator: Emulator) -> None:
             listed = await core.list_pod_for_all_namespaces_without_preload_content()
             rv = json.loads(await listed.read())["metadata"]["resourceVersion"]
             resp = await core.list_pod_for_all_namespaces_without_preload_content(
-                watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=5)
+                watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=5
+            )
             emulator.create_pod("a")
             line = await asyncio.wait_for(resp.content.readline(), 5)
             assert json.loads(line)["type"] == "ADDED"

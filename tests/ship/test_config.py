@@ -8,7 +8,9 @@ import helm_python
 import pytest
 import yaml
 
-from scheduler.config import default_config, load_config
+from plugins import frameworks_for
+from scheduler.config import SchedulerConfiguration, default_config, load_config
+from scheduler.framework import Framework
 
 from ._support import CHART_DIR, MANIFESTS_DIR, VALUE_SETS, find, load_yaml_docs, objects
 
@@ -18,31 +20,38 @@ def _loaded(values: dict[str, Any] | None = None):
     return load_config(text, origin="configmap")
 
 
-def _profile(values: dict[str, Any] | None = None):
+def _profile(values: dict[str, Any] | None = None) -> tuple[SchedulerConfiguration, Framework]:
+    """The loaded config and the framework the scheduler builds for the chart's profile."""
     with helm_python.Chart.load(str(CHART_DIR)) as chart:
         merged = chart.merge_values(values)
     config = _loaded(values)
-    profile = config.profile(merged["scheduler"]["schedulerName"])
-    assert profile is not None
-    return config, profile
+    name = merged["scheduler"]["schedulerName"]
+    assert config.profile(name) is not None
+    return config, frameworks_for(config)[name]
+
+
+def _filters(framework: Framework) -> list[str]:
+    return [plugin.name for plugin in framework.filters]
 
 
 def test_default_configmap_loads_with_the_chart_weights() -> None:
     defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["scheduler"]["config"]
-    config, profile = _profile()
+    config, framework = _profile()
     assert len(config.profiles) == 1
-    assert dict(profile.scores()) == defaults["scoreWeights"]
-    assert profile.plugin_args["NodeResourcesFit"] == defaults["pluginConfig"][0]["args"]
+    assert framework.weights == defaults["scoreWeights"]
+    assert config.profiles[0].plugin_args["NodeResourcesFit"] == (
+        defaults["pluginConfig"][0]["args"]
+    )
     assert config.percentage_of_nodes_to_score is None
 
 
 def test_chart_defaults_equal_the_schedulers_defaults() -> None:
     """Installing the chart changes nothing against running the scheduler without a config."""
-    _, profile = _profile()
-    (default_profile,) = default_config().profiles
-    assert profile.scheduler_name == default_profile.scheduler_name
-    assert profile.filters() == default_profile.filters()
-    assert sorted(profile.scores()) == sorted(default_profile.scores())
+    _, framework = _profile()
+    default = frameworks_for(default_config())["topo-scheduler"]
+    assert framework.profile == default.profile
+    assert _filters(framework) == _filters(default)
+    assert framework.weights == default.weights
 
 
 @pytest.mark.parametrize(
@@ -58,29 +67,28 @@ def test_weight_set_with_helm_set_reaches_the_scheduler(
 ) -> None:
     _, before = _profile()
     _, after = _profile(helm_python.parse_set_string(expression))
-    expected = dict(before.scores()) | {plugin: weight}
-    assert dict(after.scores()) == expected
-    assert after.filters() == before.filters()
+    assert after.weights == before.weights | {plugin: weight}
+    assert _filters(after) == _filters(before)
 
 
 def test_customised_values_reach_the_scheduler() -> None:
     values = VALUE_SETS["customised"]
-    config, profile = _profile(values)
-    assert profile.scheduler_name == "gpu-topology"
+    config, framework = _profile(values)
+    assert framework.profile == "gpu-topology"
     assert config.percentage_of_nodes_to_score == 50
-    assert "NodePorts" not in profile.filters()
-    scores = dict(profile.scores())
+    assert "NodePorts" not in _filters(framework)
+    scores = framework.weights
     assert "NodeResourcesBalancedAllocation" not in scores
     assert scores["GPUTopology"] == 20 and scores["ImageLocality"] == 2
     assert (
-        profile.plugin_args["NodeResourcesFit"]
+        config.profiles[0].plugin_args["NodeResourcesFit"]
         == values["scheduler"]["config"]["pluginConfig"][0]["args"]
     )
 
 
 def test_disabling_every_default_filter_is_passed_through() -> None:
-    _, profile = _profile({"scheduler": {"config": {"filterDisabled": ["*"]}}})
-    assert profile.filters() == []
+    _, framework = _profile({"scheduler": {"config": {"filterDisabled": ["*"]}}})
+    assert _filters(framework) == []
 
 
 def test_plain_manifests_configmap_loads() -> None:

@@ -1,0 +1,205 @@
+"""Pieces of the kube adapter in isolation: rate limit, client retries, events, lease, HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from scheduler.kube.client import ApiError, ClientOptions, KubeClient
+from scheduler.kube.events import EventRecorder, ObjectRef
+from scheduler.kube.leader import LeaderElector, LeaseTiming
+from scheduler.kube.metrics import Metrics
+from scheduler.kube.ratelimit import TokenBucket
+from scheduler.kube.scheduler import KubeScheduler
+from scheduler.logs import configure
+from scheduler.model import PodInfo
+from scheduler.server import StatusServer, parse_bind_address
+from tests.emulator import EVENTS, LEASES, Emulator, make_pod
+
+
+def test_token_bucket_burst_then_qps() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=10, burst=3, clock=lambda: now[0])
+    waits = [bucket.reserve() for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.1) and waits[4] == pytest.approx(0.2)
+    now[0] = 10.0  # refilled, but never above the burst
+    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.reserve() > 0
+
+
+def test_client_honours_retry_after_and_reports_errors(emulator: Emulator) -> None:
+    emulator.create_node("n0")
+
+    async def run() -> None:
+        client = KubeClient.for_url(emulator.url, ClientOptions(max_retry_after=0.05))
+        try:
+            rule = emulator.fail(429, 2, method="GET", retry_after=1)
+            node = await client.get("/api/v1/nodes/n0")  # retried after each 429
+            assert node["metadata"]["name"] == "n0" and rule.seen == 2
+            emulator.fail(500, 1, method="GET")
+            with pytest.raises(ApiError) as err:
+                await client.get("/api/v1/nodes/n0")
+            assert err.value.status == 500 and err.value.reason == "InternalError"
+            with pytest.raises(ApiError) as err:
+                await client.get("/api/v1/nodes/missing")
+            assert err.value.status == 404 and 'nodes "missing" not found' in err.value.message
+            emulator.set_latency(0.5)
+            with pytest.raises(ApiError) as err:
+                await client.request("GET", "/api/v1/nodes/n0", timeout=0.1)
+            assert err.value.reason == "Timeout"
+        finally:
+            emulator.set_latency(0)
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_events_deduplicated_and_rate_limited(emulator: Emulator) -> None:
+    async def run() -> None:
+        client = KubeClient.for_url(emulator.url)
+        now = [0.0]
+        rec = EventRecorder(client, burst=3, refill=100.0, dedup_window=60.0, clock=lambda: now[0])
+        ref = ObjectRef("Pod", "default", "p", "uid-1")
+        assert rec.record(ref, "Warning", "FailedScheduling", "Scheduling", "0/1 nodes")
+        assert not rec.record(ref, "Warning", "FailedScheduling", "Scheduling", "0/1 nodes")
+        assert rec.record(ref, "Warning", "FailedScheduling", "Scheduling", "0/2 nodes")
+        assert rec.record(ref, "Normal", "Scheduled", "Binding", "Successfully assigned")
+        assert not rec.record(ref, "Warning", "FailedScheduling", "Scheduling", "0/3 nodes")
+        now[0] = 61.0  # the dedup window passed, but the bucket holds < 1 token
+        assert not rec.record(ref, "Warning", "FailedScheduling", "Scheduling", "0/1 nodes")
+        now[0] = 200.0
+        assert rec.record(ref, "Warning", "FailedScheduling", "Scheduling", "0/1 nodes")
+        worker = asyncio.create_task(rec.run())
+        await rec.flush(5)
+        worker.cancel()
+        await client.close()
+        assert rec.sent == 4 and rec.suppressed == 3
+
+    asyncio.run(run())
+    events = emulator.list(EVENTS)
+    assert len(events) == 4
+    first = events[0]
+    assert first["regarding"] == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "namespace": "default",
+        "name": "p",
+        "uid": "uid-1",
+    }
+    assert first["reportingController"] == "topo-scheduler" and first["action"] == "Scheduling"
+    assert first["eventTime"].endswith("Z") and "." in first["eventTime"]
+
+
+def test_lease_is_exclusive_and_released(emulator: Emulator) -> None:
+    async def run() -> None:
+        client = KubeClient.for_url(emulator.url)
+        timing = LeaseTiming(lease_duration=1.0, renew_deadline=0.5, retry_period=0.05)
+        a = LeaderElector(client, "kube-system", "lock", "a", timing)
+        b = LeaderElector(client, "kube-system", "lock", "b", timing)
+        assert await a.try_acquire_or_renew()
+        assert not await b.try_acquire_or_renew()  # a renewed recently
+        # two writers from the same version: only one can win (409 for the other)
+        lease = await client.get(a.path)
+        lease["spec"]["holderIdentity"] = "c"
+        await client.put(a.path, lease)
+        stale = dict(lease, spec=dict(lease["spec"], holderIdentity="d"))
+        with pytest.raises(ApiError) as err:
+            await client.put(a.path, stale)
+        assert err.value.status == 409
+        # nobody renews: b takes over once the lease (1 s, whole seconds) ran out on its clock
+        assert not await b.try_acquire_or_renew()  # first sight of holder "c"
+        await asyncio.sleep(1.1)
+        assert await b.try_acquire_or_renew()
+        b.is_leader = True
+        await b.release()
+        await client.close()
+
+    asyncio.run(run())
+    spec = emulator.get(LEASES, "lock", "kube-system")["spec"]
+    assert spec["holderIdentity"] == "" and spec["leaseTransitions"] >= 1
+
+
+def test_status_server_probes_and_metrics() -> None:
+    state = {"synced": False}
+    metrics = Metrics()
+    metrics.schedule_attempts.labels("scheduled", "topo-scheduler").inc()
+
+    async def run() -> None:
+        server = StatusServer(
+            metrics.registry, {"informer-sync": lambda: (state["synced"], "not synced")}
+        )
+        port = await server.start("127.0.0.1", 0)
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        assert (await asyncio.to_thread(get, "/healthz"))[0] == 200
+        code, body = await asyncio.to_thread(get, "/readyz")
+        assert code == 503 and "[-]informer-sync failed" in body
+        state["synced"] = True
+        code, body = await asyncio.to_thread(get, "/readyz")
+        assert code == 200 and "[+]informer-sync ok" in body
+        _, text = await asyncio.to_thread(get, "/metrics")
+        series = 'scheduler_schedule_attempts_total{profile="topo-scheduler",result="scheduled"}'
+        assert f"{series} 1.0" in text
+        await server.stop()
+
+    asyncio.run(run())
+    assert parse_bind_address("0.0.0.0:10259") == ("0.0.0.0", 10259)
+    assert parse_bind_address("[::1]:80") == ("::1", 80)
+    with pytest.raises(ValueError):
+        parse_bind_address("nohost")
+
+
+def test_metrics_registries_are_per_process_object() -> None:
+    a, b = Metrics(), Metrics()
+    a.config_reloads.labels("success").inc()
+    name = "topo_scheduler_config_reloads_total"
+    assert a.registry.get_sample_value(name, {"result": "success"}) == 1.0
+    assert b.registry.get_sample_value(name, {"result": "success"}) is None
+
+
+def test_fast_parse_path_equals_full_parse() -> None:
+    sched = KubeScheduler(KubeClient.for_url("http://127.0.0.1:9"), None, {})  # type: ignore[arg-type]
+    pending = make_pod("p", gpus=2)
+    pending["metadata"].update(
+        uid="u1", resourceVersion="3", creationTimestamp="2026-01-01T00:00:00Z"
+    )
+    pending["status"] = {"phase": "Pending"}
+    first = sched._parse_pod(pending, None)
+    sched.infos[first.key] = first
+    bound = json.loads(json.dumps(pending))
+    bound["spec"]["nodeName"] = "n1"
+    bound["metadata"]["annotations"]["topo-scheduler.io/gpus"] = "0,1"
+    bound["metadata"]["resourceVersion"] = "4"
+    bound["status"]["phase"] = "Running"
+    assert sched._parse_pod(bound, pending) == PodInfo.from_object(bound)
+    assert sched._parse_pod(bound, pending).annotations == PodInfo.from_object(bound).annotations
+    changed = json.loads(json.dumps(bound))
+    changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    assert sched._parse_pod(changed, bound).requests["cpu"] == 3000
+
+
+def test_logs_are_json_lines_when_not_a_tty() -> None:
+    import structlog
+
+    out = io.StringIO()
+    configure("info", stream=out)
+    structlog.get_logger("t").info("pod scheduled", pod="default/p", node="n1", gpus="0,1")
+    structlog.get_logger("t").debug("hidden")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["event"] == "pod scheduled" and record["node"] == "n1"
+    assert record["level"] == "info" and "timestamp" in record
+    structlog.reset_defaults()
