@@ -155,14 +155,8 @@ def main() -> int:
         print(json.dumps(run_one(args.nodes[0], args.pods[0], args.seed)))
         return 0
     rows: list[dict[str, Any]] = []
-    columns = (
-        ("nodes", 6),
-        ("pods", 7),
-        ("sched", 7),
-        ("seconds", 9),
-        ("ms/pod", 8),
-    )
-    columns += ("pods/s", 8), ("RSS MiB", 8)
+    columns: list[tuple[str, int]] = [("nodes", 6), ("pods", 7), ("sched", 7), ("seconds", 9)]
+    columns += [("ms/pod", 8), ("pods/s", 8), ("RSS MiB", 8)]
     print(" ".join(f"{name:>{width}}" for name, width in columns), flush=True)
     for pods in args.pods:
         for nodes in args.nodes:

@@ -33,7 +33,7 @@ class GPUAccounting:
     """Which GPUs a bound pod holds, from the best source there is.
 
     The kubelet's actual assignment (published by the agent on the node) wins; then the set
-    recorded on the pod by the scheduler; then the set we chose for a pod we bound. A GPU
+    we chose for a pod we placed; then the set recorded on the pod's annotation. A GPU
     pod known to none of them (another scheduler's, before the agent reported) is taken to
     hold what NVIDIA's device plugin would have given it from the GPUs still free.
     """
@@ -56,14 +56,14 @@ class GPUAccounting:
         reported = snapshot.gpu_assignments[slot].get(pod.uid)
         if reported is not None:
             return reported
+        if chosen:  # newer than the pod's annotation, which an earlier attempt may have left
+            return chosen
         recorded = pod.annotations.get(ANNOTATION_GPUS)
         if recorded is not None:
             try:
                 return parse_gpu_indices(recorded, pod=pod.key)
             except TopologyError:
                 pass  # an unreadable record is no record: fall through
-        if chosen:
-            return chosen
         topology = snapshot.gpu_topology[slot]
         if not may_guess or topology is None:
             return None

@@ -54,7 +54,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodeMemoryPressure", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
-    ("GPUTopology", 5),
+    ("GPUTopology", 10),
 )
 # Extension points kube defines that our plugins serve implicitly (PreFilter runs with its
 # Filter, PreScore with its Score); naming them is accepted and treated like the main point.

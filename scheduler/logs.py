@@ -1,7 +1,8 @@
 """structlog setup: JSON lines when stderr is not a terminal, readable console output otherwise.
 
-Called once by the command line before anything logs; the configuration is structlog's
-process-wide setting, so tests that call it again simply replace it.
+Called once by the command line before anything logs. Loggers are cached on first use (an
+uncached structlog logger is rebuilt on every call, which costs more than a filtered call
+should); the configuration is structlog's process-wide setting.
 """
 
 from __future__ import annotations
@@ -35,6 +36,6 @@ def configure(level: str = "info", stream: TextIO | None = None, json: bool | No
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(out),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=True,
     )
     logging.basicConfig(stream=out, level=max(numeric, logging.WARNING), format="%(message)s")

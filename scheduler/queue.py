@@ -220,8 +220,8 @@ class SchedulingQueue(Generic[T]):
             self._to_active(self._pods[key])
         for key in list(self._unschedulable):
             qp = self._pods[key]
-            if now - qp.since < self.max_unschedulable:
-                break  # oldest first: the rest are younger
+            if qp.since + self.max_unschedulable > now:
+                break  # oldest first: the rest are younger (same due-time test as next_wakeup)
             self._to_active_or_backoff(qp)
 
     def next_wakeup(self) -> float | None:

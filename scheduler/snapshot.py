@@ -67,6 +67,8 @@ class Snapshot:
         # `explain`) and the kubelet's actual assignments (pod UID -> indices).
         self.gpu_topology: list[Topology | None] = []
         self.gpu_problem: list[str | None] = []
+        self._topology_problem: list[str | None] = []
+        self._assignments_problem: list[str | None] = []
         self.gpu_assignments: list[dict[str, tuple[int, ...]]] = []
         self.topologies: list[Topology] = []
         self._topology_ids: dict[str, int] = {}
@@ -194,6 +196,8 @@ class Snapshot:
         self._refresh_views()
         self.gpu_topology.append(None)
         self.gpu_problem.append(None)
+        self._topology_problem.append(None)
+        self._assignments_problem.append(None)
         self.gpu_assignments.append({})
         self.nodes.append(None)
         self.names.append(None)
@@ -247,38 +251,43 @@ class Snapshot:
             self.live_count += 1
         self.nodes[slot] = info
         if old is None or old.annotations != info.annotations:
-            self._set_gpu_topology(slot, info)
+            self._set_gpu_topology(slot, old, info)
         return slot
 
-    def _set_gpu_topology(self, slot: int, info: NodeInfo) -> None:
-        """Parse the node's GPU annotations; an invalid one leaves the node count-only."""
-        topology: Topology | None = None
-        problems: list[str] = []
+    def _set_gpu_topology(self, slot: int, old: NodeInfo | None, info: NodeInfo) -> None:
+        """Parse the node's GPU annotations when they changed; an invalid topology leaves
+        the node count-only, the problem kept for `explain`."""
         text = info.annotations.get(ANNOTATION_TOPOLOGY)
-        if text is not None:
-            try:
-                topology = parse_topology(text, node=info.name)
-            except TopologyError as exc:
-                problems.append(str(exc))
-        assignments: dict[str, tuple[int, ...]] = {}
+        if old is None or old.annotations.get(ANNOTATION_TOPOLOGY) != text:
+            topology: Topology | None = None
+            self._topology_problem[slot] = None
+            if text is not None:
+                try:
+                    topology = parse_topology(text, node=info.name)
+                except TopologyError as exc:
+                    self._topology_problem[slot] = str(exc)
+            self.gpu_topology[slot] = topology
+            self.gpu_topology_id[slot] = -1 if topology is None else self._topology_id(topology)
         text = info.annotations.get(ANNOTATION_ASSIGNMENTS)
-        if text is not None:
-            try:
-                assignments = parse_assignments(text, node=info.name)
-            except TopologyError as exc:
-                problems.append(str(exc))
-        self.gpu_topology[slot] = topology
+        if old is None or old.annotations.get(ANNOTATION_ASSIGNMENTS) != text:
+            self._assignments_problem[slot] = None
+            assignments: dict[str, tuple[int, ...]] = {}
+            if text is not None:
+                try:
+                    assignments = parse_assignments(text, node=info.name)
+                except TopologyError as exc:
+                    self._assignments_problem[slot] = str(exc)
+            self.gpu_assignments[slot] = assignments
+        problems = [p for p in (self._topology_problem[slot], self._assignments_problem[slot]) if p]
         self.gpu_problem[slot] = "; ".join(problems) or None
-        self.gpu_assignments[slot] = assignments
-        if topology is None:
-            self.gpu_topology_id[slot] = -1
-            return
+
+    def _topology_id(self, topology: Topology) -> int:
         topology_id = self._topology_ids.get(topology.key)
         if topology_id is None:
             topology_id = len(self.topologies)
             self.topologies.append(topology)
             self._topology_ids[topology.key] = topology_id
-        self.gpu_topology_id[slot] = topology_id
+        return topology_id
 
     def _drop_images(self, slot: int, info: NodeInfo) -> None:
         for image in info.images:
@@ -302,6 +311,8 @@ class Snapshot:
         self.allocatable[:, slot] = 0
         self.gpu_topology[slot] = None
         self.gpu_problem[slot] = None
+        self._topology_problem[slot] = None
+        self._assignments_problem[slot] = None
         self.gpu_assignments[slot] = {}
         self.gpu_topology_id[slot] = -1
         self.unschedulable[slot] = False

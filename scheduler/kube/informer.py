@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -83,6 +84,7 @@ class Reflector:
         self.known: dict[str, Obj] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
+        self.progress = False  # the current watch stream delivered something
         self.lists = 0  # completed lists (the first one and each re-list)
         self.watches = 0  # watch streams opened
 
@@ -129,7 +131,9 @@ class Reflector:
         }
         timeout = int(self.watch_timeout * (1.0 + self.rng.random()))  # spread reconnects
         self.watches += 1
+        self.progress = False
         async for event in self.client.watch(self.path, query, timeout):
+            self.progress = True
             kind = event.get("type")
             obj = event.get("object") or {}
             if kind == "ERROR":
@@ -158,19 +162,28 @@ class Reflector:
                 if need_list:
                     await self.list_once()
                     need_list = False
+                started = time.monotonic()
                 need_list = not await self.watch_once()
-                failures = 0
-                continue
+                if need_list or self.progress or time.monotonic() - started >= 1.0:
+                    failures = 0
+                    continue
+                # the server ended an empty stream at once: do not spin on reconnects
+                failures += 1
+                error = "watch closed immediately"
             except ApiError as exc:
                 if exc.status == 410:
                     need_list = True
                     continue
+                # a stream that delivered events before it broke was progress: retry soon
+                failures = 1 if self.progress else failures + 1
+                self.progress = False
+                error = str(exc)
+            except (ValueError, TypeError, AttributeError) as exc:
+                # a garbled stream (not JSON, not an object): drop the stream, resume from RV
                 failures += 1
-                delay = self.backoff.delay(failures, self.rng)
-                log.warning(
-                    "list/watch failed",
-                    informer=self.name,
-                    error=str(exc),
-                    retry_in=round(delay, 3),
-                )
+                error = f"{type(exc).__name__}: {exc}"
+            delay = self.backoff.delay(failures, self.rng)
+            log.warning(
+                "list/watch failed", informer=self.name, error=error, retry_in=round(delay, 3)
+            )
             await asyncio.sleep(delay)

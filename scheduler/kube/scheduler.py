@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import structlog
 
 from scheduler.cache import Cache
 from scheduler.config import SchedulerConfiguration
-from scheduler.framework import Framework, ScheduleResult
+from scheduler.framework import NO_NODES_MESSAGE, Framework, ScheduleResult
 from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
 from scheduler.kube.informer import Backoff, Reflector
@@ -144,6 +145,7 @@ class KubeScheduler:
         self._bind_slots = asyncio.Semaphore(self.options.max_bindings_in_flight)
         self._tasks: list[asyncio.Task[None]] = []
         self.scheduled = 0
+        self._gauges_at = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -182,6 +184,10 @@ class KubeScheduler:
                         await self._wakeup.wait()
                 continue
             self.schedule_one(qp.pod, qp.attempts)
+            now = time.monotonic()
+            if now - self._gauges_at > 1.0:  # keep gauges fresh during long bursts
+                self._gauges_at = now
+                self._update_gauges()
             # let watch events and bindings progress between cycles
             await asyncio.sleep(0)
 
@@ -198,9 +204,10 @@ class KubeScheduler:
                 log.warning("bindings still in flight at shutdown", count=len(pending))
 
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks = list(self._tasks)  # done callbacks edit the list while we wait
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
@@ -213,7 +220,8 @@ class KubeScheduler:
         self.frameworks = frameworks
         self.names = frozenset(frameworks)
         for obj in list(self.pods.known.values()):
-            self._pods_upsert(obj, None)
+            if not (obj.get("spec") or {}).get("nodeName"):  # bound pods do not change owner
+                self._pods_upsert(obj, None)
         self.queue.move_all(ClusterEvent.CONFIG_CHANGE)
         self._wakeup.set()
 
@@ -256,9 +264,24 @@ class KubeScheduler:
         self.metrics.schedule_attempts.labels("scheduled", fw.profile).inc()
         if result.allocation is not None and result.allocation.score is not None:
             self.metrics.gpu_set_quality.observe(result.allocation.score)
+        if log.is_enabled_for(logging.INFO):  # the top scores cost a sort: only when logged
+            self._log_decision(pod, result, gpus, attempts, elapsed)
+        self.binding[key] = asyncio.create_task(
+            self._bind(pod, result.node, gpus, fw.profile, start), name=f"bind {key}"
+        )
+
+    def _log_decision(
+        self,
+        pod: PodInfo,
+        result: ScheduleResult,
+        gpus: tuple[int, ...],
+        attempts: int,
+        elapsed: float,
+    ) -> None:
+        """One event per decision: pod, node, GPUs, set quality, top scores, duration."""
         log.info(
             "pod scheduled",
-            pod=key,
+            pod=pod.key,
             node=result.node,
             gpus=format_gpu_indices(gpus) if gpus else None,
             gpu_set_score=result.allocation.score if result.allocation else None,
@@ -266,14 +289,11 @@ class KubeScheduler:
             attempts=attempts,
             duration_ms=round(elapsed * 1000, 3),
         )
-        self.binding[key] = asyncio.create_task(
-            self._bind(pod, result.node, gpus, fw.profile, start), name=f"bind {key}"
-        )
 
     def _unschedulable(
         self, pod: PodInfo, fw: Framework, result: ScheduleResult, elapsed: float
     ) -> None:
-        message = result.message or "0/0 nodes are available"
+        message = result.message or NO_NODES_MESSAGE
         self.metrics.schedule_attempts.labels("unschedulable", fw.profile).inc()
         self.metrics.attempt_duration.labels("unschedulable", fw.profile).observe(elapsed)
         self.queue.unschedulable(pod.key)

@@ -262,7 +262,7 @@ class Simulation:
         pod = PodInfo.from_object(obj)
         record.state = "pending"
         self._pending_sizes[record.job.gpus] += 1
-        self.queue.add(pod.key, pod.priority, record.job.arrival, pod)
+        self.queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
 
     def _complete(self, key: str) -> None:
         record = self.records[key]

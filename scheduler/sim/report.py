@@ -142,6 +142,9 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         else None,
         "wait_seconds": _wait_stats(records),
         "gpu_job_wait_seconds": _wait_stats(gpu_records),
+        "best_effort_gpu_job_wait_seconds": _wait_stats(
+            [r for r in gpu_records if r.job.placement in (None, "best-effort")]
+        ),
         "by_gpus": by_size,
         "multi_gpu_jobs": len(qualities),
         "best_set_share": _share(sum(q.best_possible for q in qualities), len(qualities)),
@@ -247,6 +250,11 @@ def render_table(doc: Mapping[str, Any]) -> str:
     row("wait p95 (all pods)", lambda p: p["wait_seconds"]["p95"], "s")
     row("wait mean (GPU jobs)", lambda p: p["gpu_job_wait_seconds"]["mean"], "s")
     row("wait p95 (GPU jobs)", lambda p: p["gpu_job_wait_seconds"]["p95"], "s")
+    row(
+        "wait mean (GPU jobs, no placement)",
+        lambda p: p["best_effort_gpu_job_wait_seconds"]["mean"],
+        "s",
+    )
     sizes = sorted({s for p in policies.values() for s in p["by_gpus"]}, key=int)
     for size in sizes:
         if size != "0":

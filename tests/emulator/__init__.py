@@ -8,7 +8,6 @@ talk to `emulator.url` with the real `kubernetes` client.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 from .server import EmulatorServer, Fault
@@ -234,6 +233,3 @@ class Emulator:
     @property
     def resource_version(self) -> int:
         return self.server.call(lambda: self.server.store.rv)
-
-    def iter_resources(self) -> Iterator[Resource]:
-        return iter(RESOURCES)

@@ -284,6 +284,16 @@ class EmulatorServer:
 
         sent = 0
 
+        def cut() -> bool:
+            """Fault: close the connection once `watch_drop_after` events went out."""
+            drop_after = self.faults.watch_drop_after
+            if drop_after is None or sent < drop_after:
+                return False
+            resp.force_close()
+            if request.transport is not None:
+                request.transport.close()
+            return True
+
         async def emit(change: Change) -> None:
             nonlocal sent
             now, before = matches(change.obj), matches(change.old)
@@ -322,6 +332,8 @@ class EmulatorServer:
                 for change in list(store.history):
                     if change.rv > start_rv and change.res is res:
                         await emit(change)
+                        if cut():
+                            return resp
             deadline = time.monotonic() + timeout
             last_bookmark = time.monotonic()
             while True:
@@ -344,11 +356,7 @@ class EmulatorServer:
                         continue
                     last = change.rv
                     await emit(change)
-                    drop_after = self.faults.watch_drop_after
-                    if drop_after is not None and sent >= drop_after:
-                        resp.force_close()
-                        if request.transport is not None:
-                            request.transport.close()
+                    if cut():
                         return resp
                 if bookmarks and time.monotonic() - last_bookmark >= self.faults.bookmark_interval:
                     last_bookmark = time.monotonic()

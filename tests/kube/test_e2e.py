@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from pathlib import Path
 
 from tests.emulator import CONFIGMAPS, EVENTS, LEASES, NODES, PODS, Emulator
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
@@ -53,6 +54,7 @@ def test_schedules_gpu_pods_once_with_events_and_metrics(emulator: Emulator) -> 
         assert "scheduler_binding_duration_seconds_bucket" in metrics
         assert 'scheduler_pending_pods{queue="unschedulable"}' in metrics
         assert rep.sched.foreign == {"default/theirs"}
+        assert "topo_scheduler_other_scheduler_pending_pods 1.0" in metrics
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
@@ -345,3 +347,54 @@ def test_stale_gpu_annotation_does_not_double_book(emulator: Emulator) -> None:
     for key in ("default/stale", "default/next"):
         held += emulator.pod(key)["metadata"]["annotations"]["topo-scheduler.io/gpus"].split(",")
     assert len(held) == 6 and len(set(held)) == 6, held  # without the fix: 0,1 twice
+
+
+def test_pod_deleted_during_binding_and_watches_cut_every_few_events(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+    emulator.create_node("n1", gpus=8)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        sched = rep.sched
+        assert sched is not None
+        emulator.set_latency(0.4)  # the GPU annotation PATCH is slow
+        emulator.create_pod("gone", gpus=2)
+        await wait_for(lambda: emulator.request_count("PATCH", "/pods/gone") >= 1, what="patch")
+        emulator.delete(PODS, "gone", "default")
+        await wait_for(lambda: "default/gone" not in sched.binding, what="binding ended")
+        emulator.set_latency(0)
+        assert "default/gone" not in sched.queue and sched.cache.get("default/gone") is None
+        # every watch stream is now cut after 3 events; the informers resume each time
+        emulator.drop_watches_after(3)
+        for i in range(10):
+            emulator.create_pod(f"p{i}", gpus=1)
+        await wait_for(lambda: all_bound_once(emulator, _keys(10)), what="bound through cuts")
+        assert sched.pods.watches > 3
+        emulator.drop_watches_after(None)
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.binding_posts("default/gone") == 0
+
+
+def test_config_file_profiles_decide_which_pods_are_ours(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: gpu-train\n"
+    )
+    emulator.create_node("n0", gpus=8)
+    emulator.create_pod("train", scheduler="gpu-train", gpus=2)
+    emulator.create_pod("default-name", gpus=2)  # topo-scheduler: not a profile here
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator, config_file=str(config))).start()
+        await wait_for(lambda: all_bound_once(emulator, ["default/train"]), what="bound")
+        assert rep.sched is not None and rep.sched.foreign == {"default/default-name"}
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.binding_posts("default/default-name") == 0

@@ -57,7 +57,7 @@ def test_chart_defaults_equal_the_schedulers_defaults() -> None:
 @pytest.mark.parametrize(
     ("expression", "plugin", "weight"),
     [
-        ("scheduler.config.scoreWeights.GPUTopology=10", "GPUTopology", 10),
+        ("scheduler.config.scoreWeights.GPUTopology=20", "GPUTopology", 20),
         ("scheduler.config.scoreWeights.ImageLocality=7", "ImageLocality", 7),
         ("scheduler.config.scoreWeights.NodeResourcesFit=100", "NodeResourcesFit", 100),
     ],

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from scheduler.cli import main
+from scheduler.config import DEFAULT_PLUGINS
 from scheduler.sim.scenario import (
     ScenarioError,
     bundled_scenario_path,
@@ -119,7 +120,8 @@ def test_cli_json_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "gpu_jobs": 22, "cpu_pods": 1,
     }  # fmt: skip
     topo = doc["policies"]["topology"]
-    assert topo["gpu_topology_weight"] == 5
+    default_weight = dict(DEFAULT_PLUGINS)["GPUTopology"]
+    assert topo["gpu_topology_weight"] == default_weight
     assert doc["policies"]["count-only"]["gpu_topology_weight"] is None
     assert topo["pods"]["scheduled"] == 23 and topo["pods"]["completed"] == 23
     assert topo["best_set_share"] == 1.0
@@ -130,7 +132,9 @@ def test_cli_json_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "on a best-possible GPU set" in table and "count-only" in table
 
 
-def test_config_sets_the_topology_weight(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_sets_the_topology_weight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",

@@ -158,3 +158,10 @@ def test_ring_bandwidth_model() -> None:
     assert ring_gbps(pcie, (0, 1)) == 22.0  # PIX
     assert ring_gbps(pcie, (0, 1, 2, 3)) == 12.0  # NODE hops
     assert ring_gbps(pcie, (0,)) is None
+
+
+def test_progress_counts_arrivals_and_completions() -> None:
+    ticks: list[int] = []
+    sim = Simulation(small(), "naive", progress=ticks.append).run()
+    completed = sum(r.state == "completed" for r in sim.records.values())
+    assert sum(ticks) == sim.events == len(sim.records) + completed

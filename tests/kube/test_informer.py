@@ -1,0 +1,111 @@
+"""Reflector protocol with a scripted API: ghosts removed on re-list, no reconnect spin."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+from scheduler.kube.client import ApiError
+from scheduler.kube.informer import Backoff, Reflector
+
+Obj = dict[str, Any]
+
+
+def _pod(name: str, rv: int) -> Obj:
+    return {"metadata": {"namespace": "default", "name": name, "resourceVersion": str(rv)}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.live: dict[str, Obj] = {}
+        self.deleted: list[str] = []
+
+    def on_upsert(self, obj: Obj, old: Obj | None) -> None:
+        self.live[obj["metadata"]["name"]] = obj
+
+    def on_delete(self, obj: Obj) -> None:
+        self.deleted.append(obj["metadata"]["name"])
+        self.live.pop(obj["metadata"]["name"], None)
+
+
+class ScriptedApi:
+    """First list: a, b. Watch: b modified, then 410. Re-list: b, c (a was deleted meanwhile)."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+        self.watch_queries: list[dict[str, str]] = []
+
+    async def get(self, path: str, query: dict[str, str] | None = None) -> Obj:
+        self.lists += 1
+        if self.lists == 1:
+            return {"metadata": {"resourceVersion": "10"}, "items": [_pod("a", 5), _pod("b", 6)]}
+        return {"metadata": {"resourceVersion": "50"}, "items": [_pod("b", 20), _pod("c", 40)]}
+
+    async def watch(self, path: str, query: dict[str, str], timeout: int) -> AsyncIterator[Obj]:
+        self.watch_queries.append(dict(query))
+        if len(self.watch_queries) == 1:
+            yield {"type": "MODIFIED", "object": _pod("b", 20)}
+            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "30"}}}
+            yield {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "gone"}}
+            return
+        await asyncio.sleep(3600)
+        yield {}
+
+
+def test_relist_after_410_deletes_ghosts_and_resumes_from_bookmarks() -> None:
+    api, rec = ScriptedApi(), Recorder()
+
+    async def run() -> None:
+        r = Reflector(api, "/api/v1/pods", rec, name="pods")  # type: ignore[arg-type]
+        task = asyncio.create_task(r.run())
+        while len(api.watch_queries) < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        assert r.lists == 2 and r.resource_version == "50"
+
+    asyncio.run(run())
+    assert sorted(rec.live) == ["b", "c"]
+    assert rec.deleted == ["a"]  # deleted while the watch could not see it
+    first, second = api.watch_queries
+    assert first["resourceVersion"] == "10" and first["allowWatchBookmarks"] == "true"
+    assert second["resourceVersion"] == "50"
+
+
+class ClosingApi:
+    """Every watch ends at once with nothing; lists always work."""
+
+    def __init__(self) -> None:
+        self.watches = 0
+
+    async def get(self, path: str, query: dict[str, str] | None = None) -> Obj:
+        return {"metadata": {"resourceVersion": "1"}, "items": []}
+
+    async def watch(self, path: str, query: dict[str, str], timeout: int) -> AsyncIterator[Obj]:
+        self.watches += 1
+        if self.watches > 10_000:
+            raise ApiError(0, "spinning")
+        return
+        yield {}
+
+
+def test_empty_streams_back_off_instead_of_spinning() -> None:
+    api = ClosingApi()
+
+    async def run() -> None:
+        backoff = Backoff(initial=0.05, maximum=0.2, jitter=0.0)
+        r = Reflector(
+            api,
+            "/api/v1/nodes",
+            Recorder(),
+            name="nodes",
+            backoff=backoff,  # type: ignore[arg-type]
+            rng=random.Random(1),
+        )
+        task = asyncio.create_task(r.run())
+        await asyncio.sleep(0.6)
+        task.cancel()
+
+    asyncio.run(run())
+    assert 2 <= api.watches <= 8  # 0.05, 0.1, 0.2, 0.2 ... not thousands
