@@ -3,8 +3,9 @@
 Everything runs on one asyncio loop. Watch events update the cache (all pods of every
 scheduler, all nodes) and the queue (our pending pods). The scheduling loop pops one pod,
 runs its profile's `Framework.schedule` on the live snapshot, assumes the result in the
-cache (the next cycle sees its resources, ports and GPUs at once) and binds asynchronously:
-merge-patch the chosen GPU set onto the pod, then POST pods/binding.
+cache (the next cycle sees its resources, ports and GPUs at once) and binds asynchronously
+with one POST of pods/binding whose annotations carry the chosen GPU set (the API server
+copies them onto the pod in the write that sets spec.nodeName).
 
 Invariants: a pod is bound at most once (one binding in flight per pod, and the API server
 answers a second binding with 409, after which we drop ours); a pod is never silently
@@ -351,31 +352,32 @@ class KubeScheduler:
         return cached is not None and cached.uid == pod.uid and self.cache.is_assumed(pod.key)
 
     async def _bind_request(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> str:
-        """Annotate and bind; returns the outcome: bound/conflict/gone/error/aborted."""
-        base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
-        if gpus:
-            patch = {"metadata": {"annotations": {ANNOTATION_GPUS: format_gpu_indices(gpus)}}}
-            try:
-                await self.client.patch(base, patch)
-            except ApiError as exc:
-                if exc.status == 404:
-                    return "gone"
-                log.warning("GPU annotation failed", pod=pod.key, error=str(exc))
-                return "error"
+        """POST pods/binding; returns the outcome: bound/conflict/gone/error/aborted.
+
+        The GPU set travels as an annotation of the Binding: the API server merges a
+        Binding's `metadata.annotations` into the pod's in the same write that sets
+        `spec.nodeName` (registry/core/pod/storage), so one request annotates and binds, and
+        a binding that fails leaves no annotation behind.
+        """
         if self.aborting or not self._still_assumed(pod):
             return "aborted"
         if not self._node_live(node):
             log.info("node gone before binding", pod=pod.key, node=node)
             return "aborted"
+        metadata: Obj = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        if gpus:
+            metadata["annotations"] = {ANNOTATION_GPUS: format_gpu_indices(gpus)}
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
             # the answer is a Status, not a Pod: only the status code matters
-            await self.client.post(f"{base}/binding", binding)
+            await self.client.post(
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", binding
+            )
         except ApiError as exc:
             if exc.status == 404:
                 return "gone"

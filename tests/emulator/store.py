@@ -368,10 +368,26 @@ class Store:
         return self._commit(res, "DELETED", current, None)
 
     def bind(self, namespace: str, name: str, binding: Obj) -> None:
-        """pods/binding: set spec.nodeName once, with kube's errors."""
+        """pods/binding: set spec.nodeName once, with kube's errors.
+
+        Like kube-apiserver's BindingREST (registry/core/pod/storage, setPodNodeAndMetadata),
+        the Binding's `metadata.annotations` are merged into the pod's in the same update that
+        sets spec.nodeName and the PodScheduled condition: one write, one resourceVersion, and
+        nothing written when the binding is refused.
+        """
         pods = RESOURCES[0]
         key = f"{namespace}/{name}"
         self.binding_posts[key] = self.binding_posts.get(key, 0) + 1
+        annotations = (binding.get("metadata") or {}).get("annotations") or {}
+        if not isinstance(annotations, dict) or not all(
+            isinstance(v, str) for v in annotations.values()
+        ):  # map[string]string in the Go type: the request does not even decode
+            raise ApiError(
+                400,
+                "BadRequest",
+                "json: cannot unmarshal into Go struct field ObjectMeta.metadata.annotations "
+                "of type string",
+            )
         pod = self.get(pods, namespace, name)
         want_uid = (binding.get("metadata") or {}).get("uid")
         if want_uid and want_uid != pod["metadata"]["uid"]:
@@ -395,7 +411,6 @@ class Store:
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             raise conflict(_BINDING, name, f'pod {name} is already assigned to node "{node}"')
-        annotations = (binding.get("metadata") or {}).get("annotations") or {}
         # stored objects are never mutated in place: copy only the branches that change
         obj = {
             **pod,

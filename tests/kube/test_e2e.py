@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tests.emulator import CONFIGMAPS, EVENTS, LEASES, NODES, PODS, Emulator
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
+from tests.emulator.store import Change
 
 
 def _keys(n: int, prefix: str = "p") -> list[str]:
@@ -117,7 +119,7 @@ def test_watch_dropped_410_and_500_storm(emulator: Emulator) -> None:
             emulator.create_pod(f"d{i}", gpus=1)
         await wait_for(lambda: all_bound_once(emulator, _keys(3, "d")), what="after 500 storm")
         # 429 with Retry-After is honoured by the client, not surfaced
-        emulator.fail(429, 3, method="PATCH", retry_after=0.1)
+        emulator.fail(429, 3, method="POST", path_contains="/binding", retry_after=0.1)
         emulator.create_pod("e0", gpus=1)
         await wait_for(lambda: all_bound_once(emulator, ["default/e0"]), what="after 429")
         assert await rep.shutdown() == 0
@@ -162,6 +164,47 @@ def test_conflict_on_bind_drops_the_pod(emulator: Emulator) -> None:
 
     asyncio.run(scenario())
     assert emulator.bindings()["default/p"] == ["other"]
+    # our GPU set travelled in the refused Binding: the pod never got it
+    assert "topo-scheduler.io/gpus" not in emulator.pod("default/p")["metadata"]["annotations"]
+
+
+def test_gpu_set_arrives_with_the_binding(emulator: Emulator) -> None:
+    """One write per pod: the annotation lands in the binding's update, with spec.nodeName."""
+    emulator.create_node("n0", gpus=8)
+    emulator.create_node("n1", gpus=8)
+    store = emulator.server.store
+    versions: dict[str, list[dict[str, Any]]] = {}  # pod name -> every stored version
+
+    def record(change: Change) -> None:
+        if change.res is PODS and change.type != "DELETED":
+            versions.setdefault(change.obj["metadata"]["name"], []).append(change.obj)
+
+    emulator.server.call(lambda: store.hooks.append(record))
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        for i in range(6):
+            emulator.create_pod(f"p{i}", gpus=2)
+        emulator.create_pod("cpu")  # no GPUs: a Binding without annotations
+        await wait_for(lambda: all_bound_once(emulator, [*_keys(6), "default/cpu"]), what="bound")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    ann = "topo-scheduler.io/gpus"
+    for i in range(6):
+        history = versions[f"p{i}"]
+        bound = [v for v in history if v["spec"].get("nodeName")]
+        annotated = [v for v in history if ann in (v["metadata"].get("annotations") or {})]
+        # the first version with a node is the first with the GPU set: same resourceVersion
+        assert bound and annotated
+        assert (
+            bound[0]["metadata"]["resourceVersion"] == annotated[0]["metadata"]["resourceVersion"]
+        )
+        assert len(bound[0]["metadata"]["annotations"][ann].split(",")) == 2
+    assert ann not in emulator.pod("default/cpu")["metadata"]["annotations"]
+    # nothing but the binding wrote to the pods: no PATCH of a pod at all
+    assert emulator.request_count("PATCH", "/pods/") == 0
+    assert sum(emulator.binding_posts(k) for k in [*_keys(6), "default/cpu"]) == 7
 
 
 def test_restart_mid_run(emulator: Emulator) -> None:
@@ -307,15 +350,23 @@ def test_node_deleted_while_its_pods_are_assumed(emulator: Emulator) -> None:
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
         await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
-        emulator.set_latency(0.5)  # annotation PATCHes are slow: pods stay assumed
+        sched = rep.sched
+        assert sched is not None
+        # every binding slot taken: the pods stay assumed, their binders waiting before the
+        # node check that precedes the POST
+        slots = sched.options.max_bindings_in_flight
+        for _ in range(slots):
+            await sched._bind_slots.acquire()
         for i in range(3):
             emulator.create_pod(f"p{i}", gpus=2)
-        await wait_for(
-            lambda: rep.sched is not None and len(rep.sched.binding) == 3, what="assumed"
-        )
+        await wait_for(lambda: len(sched.binding) == 3, what="assumed")
         emulator.delete(NODES, "doomed")
+        await wait_for(lambda: sched.cache.node_count == 0, what="node removed from the cache")
+        for _ in range(slots):
+            sched._bind_slots.release()
+        await wait_for(lambda: not sched.binding, what="bindings aborted")
+        assert emulator.binding_posts("default/p0") == 0
         emulator.create_node("fresh", gpus=8)
-        emulator.set_latency(0)
         await wait_for(lambda: all_bound_once(emulator, _keys(3)), what="rebound")
         assert await rep.shutdown() == 0
 
@@ -358,13 +409,34 @@ def test_pod_deleted_during_binding_and_watches_cut_every_few_events(emulator: E
         await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
         sched = rep.sched
         assert sched is not None
-        emulator.set_latency(0.4)  # the GPU annotation PATCH is slow
+        store = emulator.server.store
+        gone_versions: list[tuple[str, dict[str, Any]]] = []  # every write to the pod
+
+        def record(change: Change) -> None:
+            if change.res is PODS and change.obj["metadata"]["name"] == "gone":
+                gone_versions.append((change.type, change.obj))
+
+        emulator.server.call(lambda: store.hooks.append(record))
+        emulator.set_latency(0.4)  # the binding POST is slow
         emulator.create_pod("gone", gpus=2)
-        await wait_for(lambda: emulator.request_count("PATCH", "/pods/gone") >= 1, what="patch")
+        await wait_for(
+            lambda: emulator.request_count("POST", "/pods/gone/binding") >= 1, what="binding"
+        )
         emulator.delete(PODS, "gone", "default")
         await wait_for(lambda: "default/gone" not in sched.binding, what="binding ended")
         emulator.set_latency(0)
         assert "default/gone" not in sched.queue and sched.cache.get("default/gone") is None
+        assert emulator.binding_posts("default/gone") == 1  # answered 404
+        gone = sched.metrics.registry.get_sample_value(
+            "topo_scheduler_bindings_total", {"result": "gone"}
+        )
+        assert gone == 1.0
+        # the GPU set was only ever in the Binding: no version of the pod carried it
+        assert [t for t, _ in gone_versions] == ["ADDED", "DELETED"]
+        assert not any(
+            "topo-scheduler.io/gpus" in (o["metadata"].get("annotations") or {})
+            for _, o in gone_versions
+        )
         # every watch stream is now cut after 3 events; the informers resume each time
         emulator.drop_watches_after(3)
         for i in range(10):
@@ -375,7 +447,7 @@ def test_pod_deleted_during_binding_and_watches_cut_every_few_events(emulator: E
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
-    assert emulator.binding_posts("default/gone") == 0
+    assert "default/gone" not in emulator.bindings()
 
 
 def test_config_file_profiles_decide_which_pods_are_ours(

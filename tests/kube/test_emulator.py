@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import aiohttp
@@ -79,6 +81,63 @@ def test_binding_once_then_conflict_and_not_found(emulator: Emulator) -> None:
         assert err.value.status == 404
     assert emulator.pod("default/p")["spec"]["nodeName"] == "n1"
     assert emulator.binding_posts("default/p") == 2
+    assert emulator.bindings() == {"default/p": ["n1"]}
+
+
+def test_binding_annotations_merged_in_the_binding_write(emulator: Emulator) -> None:
+    """kube's BindingREST: the Binding's annotations join the pod's in the nodeName write."""
+    emulator.create_node("n1")
+    emulator.create_pod("p", annotations={"keep": "me", "topo-scheduler.io/gpus": "7"})
+    emulator.create_pod("q")
+    cfg = kclient.Configuration()
+    cfg.host = emulator.url
+    before = emulator.pod("default/p")
+    rv = emulator.resource_version
+
+    def binding(
+        name: str, annotations: dict[str, object], uid: str | None = None
+    ) -> dict[str, object]:
+        md: dict[str, object] = {"name": name, "annotations": annotations}
+        if uid:
+            md["uid"] = uid
+        return {"kind": "Binding", "metadata": md, "target": {"kind": "Node", "name": "n1"}}
+
+    with kclient.ApiClient(cfg) as api:
+        core = kclient.CoreV1Api(api)
+        body = binding("p", {"topo-scheduler.io/gpus": "0,1"}, before["metadata"]["uid"])
+        resp = core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
+        assert resp.status == 201
+        # refused bindings write nothing, annotations included
+        for name, b, status in (
+            ("p", binding("p", {"topo-scheduler.io/gpus": "2,3"}), 409),  # already bound
+            ("q", binding("q", {"x": "y"}, uid="not-q"), 409),  # UID precondition
+            ("gone", binding("gone", {"x": "y"}), 404),
+        ):
+            with pytest.raises(kclient.ApiException) as err:
+                core.create_namespaced_pod_binding(name, "default", b, _preload_content=False)
+            assert err.value.status == status, (name, err.value.body)
+    # annotations are map[string]string: the client refuses anything else, so post it raw
+    raw = urllib.request.Request(
+        f"{emulator.url}/api/v1/namespaces/default/pods/q/binding",
+        data=json.dumps(binding("q", {"x": 1})).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as http_err:
+        urllib.request.urlopen(raw, timeout=5)
+    assert http_err.value.code == 400
+    pod = emulator.pod("default/p")
+    assert pod["spec"]["nodeName"] == "n1"
+    assert pod["metadata"]["annotations"] == {"keep": "me", "topo-scheduler.io/gpus": "0,1"}
+    assert pod["metadata"]["resourceVersion"] == str(rv + 1)  # one write for both
+    assert emulator.resource_version == rv + 1  # the refused ones wrote nothing
+    assert emulator.pod("default/q")["metadata"]["annotations"] == {}
+    changes = emulator.server.call(lambda: list(emulator.server.store.history))
+    last = changes[-1]
+    assert last.rv == rv + 1 and last.type == "MODIFIED"
+    assert last.obj["spec"]["nodeName"] == "n1" and last.old is not None
+    assert last.old["metadata"]["annotations"]["topo-scheduler.io/gpus"] == "7"
+    assert "nodeName" not in last.old["spec"]
     assert emulator.bindings() == {"default/p": ["n1"]}
 
 
