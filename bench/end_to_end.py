@@ -47,7 +47,7 @@ def _emulator_process(conn: Connection) -> None:
             )
             conn.send(None)
         elif cmd == "pods":
-            # 2/3 of the pods want GPUs (1, 2 or 4): 3,333 GPUs of 4,000 for 5,000 pods
+            # a third of the pods want GPUs (1, 2 or 4): 3,333 GPUs of 4,000 for 5,000 pods
             sizes = (1, 2, 0, 4, 0, 0, 0, 0, 1, 0, 0, 0)
             emu.create_many(
                 PODS,
@@ -69,6 +69,7 @@ def _emulator_process(conn: Connection) -> None:
                         dict(store.bound_at),
                         {k: len(v) for k, v in store.bindings.items()},
                         dict(store.binding_posts),
+                        _writes(emu.server.requests),
                     )
                 )
             )
@@ -76,6 +77,24 @@ def _emulator_process(conn: Connection) -> None:
             emu.stop()
             conn.send(None)
             return
+
+
+def _writes(requests: list[tuple[str, str]]) -> dict[str, int]:
+    """Write requests the emulator received, by kind (pod PATCH, binding, Event, other)."""
+    out: dict[str, int] = {}
+    for method, path in requests:
+        if method == "GET":
+            continue
+        if path.endswith("/binding"):
+            kind = "binding"
+        elif "/events" in path:
+            kind = "event"
+        elif "/pods/" in path:
+            kind = f"pod {method}{' status' if path.endswith('/status') else ''}"
+        else:
+            kind = f"other {method}"
+        out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -156,7 +175,7 @@ def main() -> int:
     parent.recv()
     result = asyncio.run(_run(url, parent, args))
     parent.send(("stats", None))
-    created, bound, bindings, posts = parent.recv()
+    created, bound, bindings, posts, writes = parent.recv()
     parent.send(("stop", None))
     parent.recv()
     proc.join(10)
@@ -180,6 +199,8 @@ def main() -> int:
     if count:
         print(f"scheduling cycle: {count:.0f} cycles, mean {total / count * 1000:.2f} ms")
     print(f"scheduler state at the end: {result['state']}")
+    per_pod = sum(writes.values()) / max(len(bound), 1)
+    print(f"API writes: {writes} ({per_pod:.2f} per bound pod)")
     print(
         f"binding POSTs: {sum(posts.values())}, pods bound more than once: {twice}, "
         f"scheduler exit code: {result['exit']}"

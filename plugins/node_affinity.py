@@ -10,7 +10,6 @@ node labels change.
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,20 +36,6 @@ NAME = "NodeAffinity"
 REASON = "node(s) didn't match Pod's node affinity/selector"
 REASON_CONFLICT = "pod affinity terms conflict"
 _NAME_FIELD = "metadata.name"
-_CACHE_LIMIT = 256
-
-
-_SnapshotRef = weakref.ref[Snapshot]
-
-
-def _fresh(cached: tuple[_SnapshotRef, int, int, object], snapshot: Snapshot) -> bool:
-    """A cached verdict holds for this very snapshot (a framework may outlive a cache) at the
-    same node generation and size."""
-    return (
-        cached[0]() is snapshot
-        and cached[1] == snapshot.node_generation
-        and cached[2] == snapshot.capacity
-    )
 
 
 _GO_INT = re.compile(r"[+-]?[0-9]+")
@@ -151,10 +136,6 @@ def preferred_score(terms: Sequence[PreferredTerm], node: NodeInfo) -> int:
 class NodeAffinity:
     name = NAME
 
-    def __init__(self) -> None:
-        self._required: dict[object, tuple[_SnapshotRef, int, int, BoolArray]] = {}
-        self._preferred: dict[object, tuple[_SnapshotRef, int, int, IntArray]] = {}
-
     def pre_filter(self, pod: PodInfo) -> PreFilterResult | None:
         """Pods pinned to node names by matchFields only look at those nodes."""
         affinity = pod.required_affinity
@@ -177,23 +158,14 @@ class NodeAffinity:
         return PreFilterResult(node_names=frozenset(names))
 
     def _mask(self, pod: PodInfo, snapshot: Snapshot) -> BoolArray:
-        key = (pod.node_selector, pod.required_affinity)
-        cached = self._required.get(key)
-        if cached and _fresh(cached, snapshot):
-            return cached[3]
-        mask = np.zeros(snapshot.capacity, np.bool_)
-        for slot in snapshot.live_slots():
-            info = snapshot.nodes[slot]
-            mask[slot] = info is not None and not required_matches(pod, info)
-        if len(self._required) >= _CACHE_LIMIT:
-            self._required.clear()
-        self._required[key] = (
-            weakref.ref(snapshot),
-            snapshot.node_generation,
-            snapshot.capacity,
-            mask,
-        )
-        return mask
+        def compute() -> BoolArray:
+            mask = np.zeros(snapshot.capacity, np.bool_)
+            for slot in snapshot.live_slots():
+                info = snapshot.nodes[slot]
+                mask[slot] = info is not None and not required_matches(pod, info)
+            return mask
+
+        return snapshot.derived((NAME, pod.node_selector, pod.required_affinity), compute)
 
     def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
         if not pod.node_selector and pod.required_affinity is None:
@@ -206,24 +178,16 @@ class NodeAffinity:
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
         if not pod.preferred_affinity:
             return None
-        key = pod.preferred_affinity
-        cached = self._preferred.get(key)
-        if cached and _fresh(cached, snapshot):
-            return cached[3]
-        scores = np.zeros(snapshot.capacity, np.int64)
-        for slot in snapshot.live_slots():
-            info = snapshot.nodes[slot]
-            if info is not None:
-                scores[slot] = preferred_score(pod.preferred_affinity, info)
-        if len(self._preferred) >= _CACHE_LIMIT:
-            self._preferred.clear()
-        self._preferred[key] = (
-            weakref.ref(snapshot),
-            snapshot.node_generation,
-            snapshot.capacity,
-            scores,
-        )
-        return scores
+
+        def compute() -> IntArray:
+            scores = np.zeros(snapshot.capacity, np.int64)
+            for slot in snapshot.live_slots():
+                info = snapshot.nodes[slot]
+                if info is not None:
+                    scores[slot] = preferred_score(pod.preferred_affinity, info)
+            return scores
+
+        return snapshot.derived((NAME, "preferred", pod.preferred_affinity), compute)
 
     def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
         return default_normalize(scores, feasible)

@@ -7,7 +7,6 @@ node's taints change (the snapshot's node generation).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,20 +18,6 @@ from scheduler.model import PodInfo, Taint, Toleration, tolerates
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "TaintToleration"
-_CACHE_LIMIT = 256
-
-
-_SnapshotRef = weakref.ref[Snapshot]
-
-
-def _fresh(cached: tuple[_SnapshotRef, int, int, object], snapshot: Snapshot) -> bool:
-    """A cached verdict holds for this very snapshot (a framework may outlive a cache) at the
-    same node generation and size."""
-    return (
-        cached[0]() is snapshot
-        and cached[1] == snapshot.node_generation
-        and cached[2] == snapshot.capacity
-    )
 
 
 def untolerated_reason(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> str | None:
@@ -55,65 +40,37 @@ def intolerable_prefer_no_schedule(
 class TaintToleration:
     name = NAME
 
-    def __init__(self) -> None:
-        self._filter_cache: dict[
-            tuple[Toleration, ...], tuple[_SnapshotRef, int, int, ReasonMasks]
-        ] = {}
-        self._score_cache: dict[
-            tuple[Toleration, ...], tuple[_SnapshotRef, int, int, IntArray]
-        ] = {}
-
     def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
         if not snapshot.tainted:
             return []
-        key = pod.tolerations
-        cached = self._filter_cache.get(key)
-        if cached and _fresh(cached, snapshot):
-            return cached[3]
-        by_reason: dict[str, BoolArray] = {}
-        for slot in snapshot.tainted:
-            info = snapshot.nodes[slot]
-            if info is None:
-                continue
-            reason = untolerated_reason(info.taints, pod.tolerations)
-            if reason is not None:
-                if reason not in by_reason:
-                    by_reason[reason] = np.zeros(snapshot.capacity, np.bool_)
-                by_reason[reason][slot] = True
-        masks = list(by_reason.items())
-        if len(self._filter_cache) >= _CACHE_LIMIT:
-            self._filter_cache.clear()
-        self._filter_cache[key] = (
-            weakref.ref(snapshot),
-            snapshot.node_generation,
-            snapshot.capacity,
-            masks,
-        )
-        return masks
+
+        def compute() -> ReasonMasks:
+            by_reason: dict[str, BoolArray] = {}
+            for slot in snapshot.tainted:
+                info = snapshot.nodes[slot]
+                reason = untolerated_reason(info.taints, pod.tolerations) if info else None
+                if reason is not None:
+                    if reason not in by_reason:
+                        by_reason[reason] = np.zeros(snapshot.capacity, np.bool_)
+                    by_reason[reason][slot] = True
+            return list(by_reason.items())
+
+        return snapshot.derived((NAME, pod.tolerations), compute)
 
     def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
         reason = untolerated_reason(node.info.taints, pod.tolerations)
         return [reason] if reason else []
 
     def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
-        key = pod.tolerations
-        cached = self._score_cache.get(key)
-        if cached and _fresh(cached, snapshot):
-            return cached[3]
-        counts = np.zeros(snapshot.capacity, np.int64)
-        for slot in snapshot.tainted:
-            info = snapshot.nodes[slot]
-            if info is not None:
-                counts[slot] = intolerable_prefer_no_schedule(info.taints, pod.tolerations)
-        if len(self._score_cache) >= _CACHE_LIMIT:
-            self._score_cache.clear()
-        self._score_cache[key] = (
-            weakref.ref(snapshot),
-            snapshot.node_generation,
-            snapshot.capacity,
-            counts,
-        )
-        return counts
+        def compute() -> IntArray:
+            counts = np.zeros(snapshot.capacity, np.int64)
+            for slot in snapshot.tainted:
+                info = snapshot.nodes[slot]
+                if info is not None:
+                    counts[slot] = intolerable_prefer_no_schedule(info.taints, pod.tolerations)
+            return counts
+
+        return snapshot.derived((NAME, "prefer", pod.tolerations), compute)
 
     def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
         return default_normalize(scores, feasible, reverse=True)

@@ -13,7 +13,8 @@ scheduled to (kube's cache does the same).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,8 @@ BoolArray = npt.NDArray[np.bool_]
 # Rows that always exist; extended resources get rows as they are first seen.
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 _INITIAL_CAPACITY = 64
+_DERIVED_LIMIT = 1024
+T = TypeVar("T")
 
 
 class NodeState:
@@ -90,6 +93,8 @@ class Snapshot:
         self.live_count = 0
         self._name_rank: IntArray | None = None
         self._missing: dict[int, bool] = {}  # row -> some live node lacks the resource
+        self._derived: dict[Hashable, Any] = {}
+        self._derived_at = (0, 0)
 
     def _allocate_buffers(self, size: int) -> None:
         rows = len(self.resources)
@@ -146,6 +151,21 @@ class Snapshot:
                 rank[slot] = position
             self._name_rank = rank
         return self._name_rank
+
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """A value derived from declared node state (labels, taints, the node set), computed
+        once and kept until that state changes; e.g. a selector's mask over the slots."""
+        if self._derived_at != (self.node_generation, self.capacity):
+            self._derived.clear()
+            self._derived_at = (self.node_generation, self.capacity)
+        if key in self._derived:
+            value: T = self._derived[key]
+            return value
+        if len(self._derived) >= _DERIVED_LIMIT:
+            self._derived.clear()
+        value = compute()
+        self._derived[key] = value
+        return value
 
     def missing_anywhere(self, row: int) -> bool:
         """Whether some live node has zero allocatable of a resource (cached per row)."""
