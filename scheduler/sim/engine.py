@@ -314,7 +314,7 @@ class Simulation:
         """What the API server, kubelet and agent do after the scheduler decides."""
         key = pod.key
         obj = self.pod_objects[key]
-        if gpus:  # the real binder: merge-patch the GPU set on the pod, then POST binding
+        if gpus:  # the real binder: the Binding's annotation, copied onto the pod on binding
             obj["metadata"].setdefault("annotations", {})[ANNOTATION_GPUS] = format_gpu_indices(
                 gpus
             )

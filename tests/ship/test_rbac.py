@@ -57,7 +57,6 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("", "pods", "get", ""),
         ("", "pods", "list", ""),
         ("", "pods", "watch", ""),
-        ("", "pods", "patch", ""),
         ("", "pods/binding", "create", ""),
         ("", "pods/status", "patch", ""),
         ("", "nodes", "get", ""),
