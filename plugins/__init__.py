@@ -5,6 +5,8 @@ Each module holds one plugin: its NAME, its args parsing, and a factory `new(arg
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from plugins import (
     balanced_allocation,
     gpu_topology,
@@ -19,7 +21,7 @@ from plugins import (
 from scheduler.config import SchedulerConfiguration, build_frameworks
 from scheduler.framework import Framework, PluginFactory
 
-__all__ = ["REGISTRY", "frameworks_for"]
+__all__ = ["REGISTRY", "frameworks_for", "gpu_resource"]
 
 REGISTRY: dict[str, PluginFactory] = {
     node_unschedulable.NAME: node_unschedulable.new,
@@ -37,3 +39,13 @@ REGISTRY: dict[str, PluginFactory] = {
 def frameworks_for(config: SchedulerConfiguration) -> dict[str, Framework]:
     """Build every profile of a configuration with the shipped plugins."""
     return build_frameworks(config, REGISTRY)
+
+
+def gpu_resource(frameworks: Mapping[str, Framework]) -> str:
+    """The GPU resource the profiles' GPUTopology plugin allocates (for the cache's GPU
+    accounting); `nvidia.com/gpu` when no profile has one."""
+    for framework in frameworks.values():
+        for allocator in framework.allocators:
+            if isinstance(allocator, gpu_topology.GPUTopology):
+                return allocator.args.resource_name
+    return gpu_topology.DEFAULT_RESOURCE

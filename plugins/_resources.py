@@ -23,7 +23,7 @@ __all__ = [
     "node_totals",
     "pod_request",
     "reference_inputs",
-    "vector_inputs",
+    "vector_rows",
 ]
 
 
@@ -52,14 +52,6 @@ def pod_request(pod: PodInfo, name: str, use_requested: bool) -> int:
     if not use_requested and name == "memory":
         return pod.non_zero_memory
     return pod.requests.get(name, 0)
-
-
-def vector_inputs(
-    pod: PodInfo, snapshot: Snapshot, resources: Sequence[ResourceSpec], use_requested: bool
-) -> list[tuple[IntArray, IntArray, int]]:
-    """(allocatable, requested-after-pod, weight) rows for the resources that take part."""
-    rows = vector_rows(pod, snapshot, resources, use_requested)
-    return [(snapshot.allocatable[row], used, weight) for row, used, weight in rows]
 
 
 def vector_rows(
@@ -104,7 +96,7 @@ def node_totals(node: NodeState) -> tuple[dict[str, int], int, int]:
 def reference_inputs(
     pod: PodInfo, node: NodeState, resources: Sequence[ResourceSpec], use_requested: bool
 ) -> list[tuple[int, int, int]]:
-    """The per-node form of `vector_inputs`: (allocatable, requested-after-pod, weight)."""
+    """The per-node form of `vector_rows`: (allocatable, requested-after-pod, weight)."""
     requested, non_zero_cpu, non_zero_memory = node_totals(node)
     allocatable = node.info.allocatable
     out = []

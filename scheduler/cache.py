@@ -183,10 +183,6 @@ class Cache:
 
     # ------------------------------------------------------------------ GPUs
 
-    def gpus_of(self, key: str) -> tuple[int, ...] | None:
-        entry = self._pods.get(key)
-        return entry.gpus if entry else None
-
     def guessed_gpus(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """(pod, node, GPUs) for pods whose GPUs no one recorded: the device-plugin guess."""
         return sorted(

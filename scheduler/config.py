@@ -122,6 +122,9 @@ class Profile:
 class SchedulerConfiguration:
     profiles: tuple[Profile, ...]
     percentage_of_nodes_to_score: int | None = None
+    # kube's podInitialBackoffSeconds / podMaxBackoffSeconds for the scheduling queue.
+    pod_initial_backoff_seconds: float = 1.0
+    pod_max_backoff_seconds: float = 10.0
 
     def profile(self, scheduler_name: str | None) -> Profile | None:
         """The profile for a pod's schedulerName; None picks the first profile."""
@@ -220,7 +223,10 @@ def _plugin_set(raw: Any, path: str) -> PluginSet:
 def _profile(raw: Any, index: int) -> Profile:
     path = f"profiles[{index}]"
     data = _expect_mapping(raw, path)
-    _no_unknown(data, {"schedulerName", "plugins", "pluginConfig"}, path)
+    _no_unknown(
+        data, {"schedulerName", "plugins", "pluginConfig", "percentageOfNodesToScore"}, path
+    )
+    _percentage(data.get("percentageOfNodesToScore"), f"{path}.percentageOfNodesToScore")
     name = data.get("schedulerName", DEFAULT_SCHEDULER_NAME)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{path}.schedulerName: must be a non-empty string")
@@ -272,7 +278,7 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
         data,
         {"apiVersion", "kind", "profiles", "percentageOfNodesToScore", "leaderElection",
          "clientConnection", "parallelism", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
-         "extenders", "delayCacheUntilActive"},
+         "extenders", "delayCacheUntilActive", "enableProfiling", "enableContentionProfiling"},
         "",
     )  # fmt: skip
     api_version = data.get("apiVersion", API_VERSION)
@@ -283,15 +289,23 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
         raise ConfigError(f"kind: must be {KIND}, got {kind!r}")
     if data.get("extenders"):
         raise ConfigError("extenders: not supported by topo-scheduler")
-    percentage = data.get("percentageOfNodesToScore")
-    if percentage is not None and (
-        isinstance(percentage, bool)
-        or not isinstance(percentage, int)
-        or not 0 <= percentage <= 100
-    ):
+    percentage = _percentage(data.get("percentageOfNodesToScore"), "percentageOfNodesToScore")
+    initial = _positive_int(data.get("podInitialBackoffSeconds", 1), "podInitialBackoffSeconds")
+    maximum = _positive_int(data.get("podMaxBackoffSeconds", 10), "podMaxBackoffSeconds")
+    if maximum < initial:
         raise ConfigError(
-            f"percentageOfNodesToScore: not in valid range [0-100], got {percentage!r}"
+            f"podMaxBackoffSeconds: must be greater than or equal to podInitialBackoffSeconds "
+            f"({initial}), got {maximum}"
         )
+    # Accepted for kube compatibility, validated by type; `run` takes these from its flags
+    # (leader election, API client) or does not need them (one scheduling thread).
+    for key in ("leaderElection", "clientConnection"):
+        _expect_mapping(data.get(key), key)
+    for key in ("enableProfiling", "enableContentionProfiling", "delayCacheUntilActive"):
+        if key in data and not isinstance(data[key], bool):
+            raise ConfigError(f"{key}: must be a boolean, got {data[key]!r}")
+    if "parallelism" in data:
+        _positive_int(data["parallelism"], "parallelism")
     raw_profiles = _expect_list(data.get("profiles"), "profiles")
     profiles = tuple(_profile(p, i) for i, p in enumerate(raw_profiles)) or (
         Profile(DEFAULT_SCHEDULER_NAME),
@@ -300,7 +314,20 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
     for i, name in enumerate(names):
         if name in names[:i]:
             raise ConfigError(f'profiles[{i}].schedulerName: Duplicate value: "{name}"')
-    return SchedulerConfiguration(profiles, percentage)
+    return SchedulerConfiguration(profiles, percentage, float(initial), float(maximum))
+
+
+def _percentage(value: Any, path: str) -> int | None:
+    valid = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100
+    if value is not None and not valid:
+        raise ConfigError(f"{path}: not in valid range [0-100], got {value!r}")
+    return value if valid else None
+
+
+def _positive_int(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{path}: must be greater than 0, got {value!r}")
+    return value
 
 
 def build_frameworks(config: SchedulerConfiguration, registry: Registry) -> dict[str, Framework]:

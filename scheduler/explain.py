@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.cache import Cache
+from scheduler.cache import Cache, GPUAccounting
 from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
 from scheduler.framework import Framework, ScheduleResult
 from scheduler.model import ModelError, NodeInfo, PodInfo
@@ -220,7 +220,7 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
 
 def run_explain(args: argparse.Namespace) -> int:
     """CLI entry: exit 0 whether or not the pod fits, 2 with one line for bad input."""
-    from plugins import frameworks_for
+    from plugins import frameworks_for, gpu_resource
 
     try:
         config = _load_config(args.config)
@@ -236,7 +236,8 @@ def run_explain(args: argparse.Namespace) -> int:
                 f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
             )
         framework = frameworks[profile.scheduler_name]
-        cache = load_snapshot(args.snapshot)
+        resource = gpu_resource(frameworks)
+        cache = load_snapshot(args.snapshot, Cache(GPUAccounting(resource=resource)))
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

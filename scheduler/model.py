@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 # kube's defaults for containers that omit a request, used for scoring only.
+# Resource amounts stay below 2^53 in kube's unit (milli-CPU, bytes): far above any real
+# machine, and the bound under which the vectorised scores are exact (and sums fit int64).
+MAX_AMOUNT = 2**53
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
@@ -175,6 +178,10 @@ def _quantities(value: Any, where: _Path, path: str) -> Amounts:
             raise where.error(f"{path}.{name}", str(exc)) from None
         if amount < 0:
             raise where.error(f"{path}.{name}", "must be greater than or equal to 0")
+        if to_units(str(name), amount) >= MAX_AMOUNT:
+            raise where.error(
+                f"{path}.{name}", f"{quantity!r} is too large (at most 2^53-1 in kube's unit)"
+            )
         result[str(name)] = amount
     return result
 
@@ -398,6 +405,9 @@ class PodInfo:
         overhead = _quantities(spec.get("overhead"), where, "spec.overhead")
         # Summed exactly and rounded once per resource, as kube rounds the pod's total.
         requests = _pod_requests(containers, init_containers, pod_level, overhead)
+        for resource, total in requests.items():
+            if to_units(resource, total) >= MAX_AMOUNT:
+                raise where.error("spec", f"the pod's total {resource} request is too large")
         # kube's calculateResource: every container missing a cpu/memory request counts the
         # default; with pod-level requests set, only a resource missing at both levels does.
         defaults = {

@@ -370,8 +370,9 @@ class Snapshot:
         self._release_if_empty(slot)
 
     def _account(self, slot: int, pod: PodInfo, sign: int) -> None:
-        for name, amount in pod.requests.items():
-            row = self.resource_row(name)  # may grow the buffers: index after
+        # Rows first (creating one may grow the buffers), then the amounts.
+        rows = [(self.resource_row(name), amount) for name, amount in pod.requests.items()]
+        for row, amount in rows:
             self.requested[row, slot] += sign * amount
         self.non_zero_cpu[slot] += sign * pod.non_zero_cpu
         self.non_zero_memory[slot] += sign * pod.non_zero_memory

@@ -228,6 +228,7 @@ async def _lead_and_schedule(
         await stop.wait()
 
     stopped = asyncio.create_task(wait_stop(), name="stop")
+    hold: asyncio.Task[None] | None = None
     try:
         if elector is not None:
             metrics.is_leader.labels(settings.lease_name).set(0)
@@ -236,15 +237,21 @@ async def _lead_and_schedule(
                 acquire.cancel()
                 return 0
             metrics.is_leader.labels(settings.lease_name).set(1)
+            # renew from now on, while the first lists are still coming in: a slow sync must
+            # not let the Lease lapse (a standby would take it while we go on to schedule)
+            hold = asyncio.create_task(elector.hold(), name="hold-lease")
         synced = asyncio.create_task(sched.wait_synced(), name="sync")
-        if await _first(synced, stopped) is stopped:
+        first = await _first(synced, stopped, *([hold] if hold is not None else []))
+        if first is not synced:
             synced.cancel()
+            if first is hold:
+                log.error("leadership lost before the informers synced")
+                metrics.is_leader.labels(settings.lease_name).set(0)
+                return 1
             return 0
         loop = asyncio.create_task(sched.schedule_loop(), name="schedule-loop")
         watchers = [loop, stopped]
-        hold = None
-        if elector is not None:
-            hold = asyncio.create_task(elector.hold(), name="hold-lease")
+        if hold is not None:
             watchers.append(hold)
         first = await _first(*watchers)
         if hold is not None and first is hold:
@@ -255,10 +262,6 @@ async def _lead_and_schedule(
             await loop
             return 1
         sched.stop_scheduling()
-        if hold is not None:
-            hold.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await hold
         if first is loop and loop.exception() is not None:
             log.error("scheduling loop failed", error=str(loop.exception()))
             return 1
@@ -266,3 +269,7 @@ async def _lead_and_schedule(
         return 0
     finally:
         stopped.cancel()
+        if hold is not None and not hold.done():
+            hold.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hold

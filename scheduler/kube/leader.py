@@ -56,6 +56,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._lease: Obj | None = None
         self.is_leader = False
+        self.renewed_at: float | None = None  # clock() after our last successful write
 
     def _spec(self, acquire: bool, transitions: int) -> Obj:
         now = micro_time()
@@ -88,6 +89,7 @@ class LeaderElector:
                 f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body
             )
             self._observe(self._lease)
+            self.renewed_at = self.clock()
             return True
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -103,6 +105,7 @@ class LeaderElector:
         new["spec"] = self._spec(not ours, transitions if ours else transitions + 1)
         self._lease = await self.client.put(self.path, new)  # 409 if someone wrote meanwhile
         self._observe(self._lease)
+        self.renewed_at = self.clock()
         return True
 
     def _observe(self, lease: Obj) -> None:
@@ -134,21 +137,28 @@ class LeaderElector:
             await asyncio.sleep(self.timing.retry_period)
 
     async def hold(self) -> None:
-        """Renew until a renewal deadline is missed; returns when leadership is lost."""
-        last_renew = self.clock()
+        """Renew until a renewal deadline is missed; returns when leadership is lost.
+
+        The deadline runs from the last successful write (the acquisition or a renewal), not
+        from when `hold` starts: call it right after `acquire`, concurrently with whatever
+        comes next (the informers' first sync), so that the Lease never lapses meanwhile.
+        """
         while True:
             await asyncio.sleep(self.timing.retry_period)
-            try:
-                async with asyncio.timeout(max(0.001, self.timing.renew_deadline)):
-                    ok = await self.try_acquire_or_renew()
-            except (ApiError, TimeoutError) as exc:
-                ok = False
-                log.warning("lease not renewed", error=str(exc))
+            last = self.renewed_at if self.renewed_at is not None else self.clock()
+            left = last + self.timing.renew_deadline - self.clock()
+            ok = False
+            if left > 0:
+                try:
+                    async with asyncio.timeout(left):
+                        ok = await self.try_acquire_or_renew()
+                except (ApiError, TimeoutError) as exc:
+                    log.warning("lease not renewed", error=str(exc))
             if ok:
-                last_renew = self.clock()
                 continue
             taken = self._observed is not None and self._observed[0] not in ("", self.identity)
-            if taken or self.clock() - last_renew >= self.timing.renew_deadline:
+            last = self.renewed_at if self.renewed_at is not None else last
+            if taken or self.clock() - last >= self.timing.renew_deadline:
                 self.is_leader = False
                 log.error(
                     "leadership lost", lease=f"{self.namespace}/{self.name}", identity=self.identity

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cache import Cache
+from scheduler.cache import Cache, GPUAccounting
 from scheduler.config import SchedulerConfiguration, default_config, load_config
 from scheduler.framework import Framework, ScheduleResult
 from scheduler.model import NodeInfo, PodInfo
@@ -149,7 +149,7 @@ class Simulation:
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        from plugins import frameworks_for
+        from plugins import frameworks_for, gpu_resource
 
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
@@ -165,8 +165,12 @@ class Simulation:
         self.on_decision = on_decision
         self.progress = progress
         self.now = 0.0
-        self.cache = Cache()
-        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: self.now)
+        self.cache = Cache(GPUAccounting(resource=gpu_resource(self.frameworks)))
+        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
+            lambda: self.now,
+            initial_backoff=self.config.pod_initial_backoff_seconds,
+            max_backoff=self.config.pod_max_backoff_seconds,
+        )
         self.quality = QualityModel()
         self.records: dict[str, JobRecord] = {
             f"default/{j.name}": JobRecord(j) for j in scenario.jobs

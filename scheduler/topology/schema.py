@@ -25,6 +25,8 @@ ANNOTATION_PLACEMENT = "topo-scheduler.io/gpu-placement"
 """Pod annotation: placement policy, `best-effort` (default), `nvlink` or `single-numa`."""
 
 SCHEMA_VERSION = 1
+MAX_GPUS = 63
+"""GPUs per node: a node's GPU set is a bitmask in one signed 64-bit word."""
 
 PCIE_LEVELS: tuple[str, ...] = ("SYS", "NODE", "PHB", "PXB", "PIX", "BOARD")
 """Common-ancestor levels as `nvidia-smi topo -m` names them, farthest first."""
@@ -225,6 +227,10 @@ def topology_from_dict(data: Any, *, node: str = "<unknown>") -> Topology:
     raw_gpus = data.get("gpus")
     if not isinstance(raw_gpus, list):
         raise TopologyError(f"{_where(node, 'gpus')}: must be a list")
+    if len(raw_gpus) > MAX_GPUS:
+        raise TopologyError(
+            f"{_where(node, 'gpus')}: {len(raw_gpus)} GPUs; at most {MAX_GPUS} are supported"
+        )
     gpus = [_parse_gpu(raw, i, node) for i, raw in enumerate(raw_gpus)]
     seen: dict[int, int] = {}
     for i, gpu in enumerate(gpus):
@@ -320,8 +326,10 @@ def parse_gpu_indices(text: str, *, pod: str = "<unknown>") -> tuple[int, ...]:
     parts = [p.strip() for p in text.split(",")] if text.strip() else []
     indices: list[int] = []
     for part in parts:
-        if not part.isdigit():
-            raise TopologyError(f"{where}: {part!r} is not a GPU index (expected e.g. '0,1,2,3')")
+        if not (part.isascii() and part.isdigit()) or int(part) >= MAX_GPUS:
+            raise TopologyError(
+                f"{where}: {part!r} is not a GPU index 0..{MAX_GPUS - 1} (expected e.g. '0,1,2,3')"
+            )
         indices.append(int(part))
     if len(set(indices)) != len(indices):
         raise TopologyError(f"{where}: GPU index repeated in {text!r}")
@@ -345,7 +353,7 @@ def parse_assignments(text: str, *, node: str = "<unknown>") -> dict[str, tuple[
     out: dict[str, tuple[int, ...]] = {}
     for uid, raw in data.items():
         if not isinstance(raw, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in raw
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_GPUS for i in raw
         ):
             raise TopologyError(f"{where}: {uid}: must be a list of GPU indices, got {raw!r}")
         out[uid] = tuple(sorted(set(raw)))

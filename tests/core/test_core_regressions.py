@@ -23,3 +23,62 @@ def test_reenabled_default_filter_runs_first_as_in_kube() -> None:
     cache = cache_of([node("n", cpu="1", unschedulable=True)])
     result = fw.schedule(pod_info("p", {"cpu": "2"}), cache.snapshot)
     assert result.message == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_amounts_beyond_2_53_are_rejected_naming_the_field() -> None:
+    import pytest
+
+    from scheduler.model import ModelError, PodInfo
+
+    big = pod("huge", {"memory": "1Gi", "cpu": "1E"})
+    with pytest.raises(ModelError, match=r"Pod default/huge: spec.containers\[0\].resources"
+                                         r".requests.cpu: '1E' is too large"):  # fmt: skip
+        PodInfo.from_object(big)
+
+
+def test_bad_gpu_annotations_leave_the_accounting_intact() -> None:
+    from scheduler.topology import ANNOTATION_GPUS, builtin_topology, format_topology
+    from scheduler.topology.schema import ANNOTATION_TOPOLOGY
+
+    topo = {ANNOTATION_TOPOLOGY: format_topology(builtin_topology("dgx-h100"))}
+    gpu_node = node("g", extra={"nvidia.com/gpu": "8"}, annotations=topo)
+    good = pod("good", {"nvidia.com/gpu": "2"}, node_name="g",
+               annotations={ANNOTATION_GPUS: "0,1"}, created="2026-01-01T00:00:00Z")  # fmt: skip
+    cache = cache_of([gpu_node], [good])
+    slot = cache.snapshot.slot("g")
+    assert slot is not None
+    assert int(cache.snapshot.gpu_used[slot]) == 0b11
+    for bad in ("99", "\u00b2", "1,x", "64"):
+        cache.add_pod(pod_info_bound(bad))
+        # The unreadable record is no record: the pod is given what the device plugin would
+        # give it, and the good pod's GPUs stay held.
+        used = int(cache.snapshot.gpu_used[slot])
+        assert used & 0b11 == 0b11
+        assert bin(used).count("1") == 3
+
+
+def pod_info_bound(annotation: str):  # type: ignore[no-untyped-def]
+    from scheduler.model import PodInfo
+    from scheduler.topology import ANNOTATION_GPUS
+
+    return PodInfo.from_object(
+        pod(
+            "odd",
+            {"nvidia.com/gpu": "1"},
+            node_name="g",
+            annotations={ANNOTATION_GPUS: annotation},
+            created="2026-01-02T00:00:00Z",
+        )  # fmt: skip
+    )
+
+
+def test_topology_with_too_many_gpus_is_invalid_and_names_the_node() -> None:
+    import json
+
+    import pytest
+
+    from scheduler.topology import TopologyError, parse_topology
+
+    gpus = [{"index": i} for i in range(64)]
+    with pytest.raises(TopologyError, match=r"big.*64 GPUs; at most 63"):
+        parse_topology(json.dumps({"version": 1, "gpus": gpus, "links": []}), node="big")

@@ -230,3 +230,21 @@ def test_readme_example_runs_through_the_console_script() -> None:
     assert doc["node"] in {n for n, e in doc["nodes"].items() if e["feasible"]}
     assert len(doc["gpus"]) == 4
     assert any("device plugin would have assigned" in note for note in doc.get("notes", []))
+
+
+def test_custom_gpu_resource_is_accounted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """GPUTopology's resourceName reaches the cache: GPUs recorded on a bound pod are held."""
+    topo = {ANNOTATION_TOPOLOGY: format_topology(builtin_topology("dgx-h100"))}
+    objects = [
+        node("g", cpu="32", memory="64Gi", extra={"example.com/gpu": "8"}, annotations=topo),
+        pod("held", containers=[container(requests={"example.com/gpu": "4"})], node_name="g",
+            phase="Running", annotations={"topo-scheduler.io/gpus": "0,1,2,3"}),
+    ]  # fmt: skip
+    config = {"profiles": [{"schedulerName": "topo-scheduler", "pluginConfig": [
+        {"name": "GPUTopology", "args": {"resourceName": "example.com/gpu"}}]}]}  # fmt: skip
+    manifest = pod("next", containers=[container(requests={"example.com/gpu": "4"})])
+    code, out, _ = run(capsys, "--snapshot", write(tmp_path / "s.yaml", objects),
+                       "--pod", write(tmp_path / "p.yaml", manifest), "--output", "json",
+                       "--config", write(tmp_path / "c.yaml", config))  # fmt: skip
+    assert code == 0
+    assert sorted(json.loads(out)["gpus"]) == [4, 5, 6, 7]

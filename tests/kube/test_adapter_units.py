@@ -203,3 +203,24 @@ def test_logs_are_json_lines_when_not_a_tty() -> None:
     assert record["event"] == "pod scheduled" and record["node"] == "n1"
     assert record["level"] == "info" and "timestamp" in record
     structlog.reset_defaults()
+
+
+def test_hold_measures_the_renew_deadline_from_the_last_renewal(emulator: Emulator) -> None:
+    """A hold started after the deadline already passed gives up at its first failed renewal."""
+
+    async def run() -> None:
+        client = KubeClient.for_url(emulator.url, ClientOptions(max_retry_after=0.01))
+        now = [0.0]
+        timing = LeaseTiming(lease_duration=15.0, renew_deadline=10.0, retry_period=0.05)
+        elector = LeaderElector(client, "kube-system", "lock", "a", timing, clock=lambda: now[0])
+        try:
+            await elector.acquire()
+            assert elector.renewed_at == 0.0
+            now[0] = 11.0  # e.g. a slow first list: the renewal deadline is already gone
+            emulator.fail(500, 10_000, method="GET", path_contains="/leases/lock")
+            await asyncio.wait_for(elector.hold(), 2.0)  # before the fix: renews "forever"
+            assert not elector.is_leader
+        finally:
+            await client.close()
+
+    asyncio.run(run())

@@ -470,3 +470,32 @@ def test_config_file_profiles_decide_which_pods_are_ours(
 
     asyncio.run(scenario())
     assert emulator.binding_posts("default/default-name") == 0
+
+
+def test_lease_renewed_while_the_first_sync_is_slow(emulator: Emulator) -> None:
+    """Renewal starts right after acquiring: a sync longer than the lease never lets it lapse."""
+    emulator.create_node("n0", gpus=8)
+    emulator.create_pod("p0", gpus=1)
+    rule = emulator.fail(500, 10_000, method="GET", path_contains="/api/v1/pods")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator, leader_elect=True, identity="a")).start()
+
+        def holder() -> str:
+            try:
+                lease = emulator.get(LEASES, "topo-scheduler", "kube-system")
+            except Exception:
+                return ""
+            return str(lease["spec"].get("holderIdentity") or "")
+
+        await wait_for(lambda: holder() == "a", what="lease acquired")
+        first = emulator.get(LEASES, "topo-scheduler", "kube-system")["spec"]["renewTime"]
+        await asyncio.sleep(2.0)  # longer than the lease (1.5 s): the pod list still fails
+        assert rep.sched is not None and not rep.sched.synced and not rep.sched.active
+        lease = emulator.get(LEASES, "topo-scheduler", "kube-system")["spec"]
+        assert lease["holderIdentity"] == "a" and lease["renewTime"] != first
+        rule.count = 0
+        await wait_for(lambda: all_bound_once(emulator, ["default/p0"]), what="bound after sync")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
