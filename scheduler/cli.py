@@ -41,7 +41,9 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p = sub.add_parser("simulate", help="replay a GPU cluster and a job trace")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the bundled cluster)")
     p.add_argument(
-        "--policy", choices=("topology", "count-only", "naive", "both", "all"), default="both"
+        "--policy",
+        choices=("topology", "topology-dp", "count-only", "naive", "both", "all"),
+        default="both",
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--output", choices=("table", "json"), default="table")

@@ -2,7 +2,7 @@
 
 Like kube's event broadcaster: recording never blocks a scheduling cycle (a bounded queue,
 overflow dropped and counted), the same (object, reason, note) within `dedup_window` is sent
-once, and each object gets at most `burst` events, refilled one per `refill` seconds (kube's
+once (the object is identified by its UID too, so a recreated object starts afresh), and each object gets at most `burst` events, refilled one per `refill` seconds (kube's
 spam filter: 25, one per 5 minutes).
 """
 
@@ -81,7 +81,7 @@ class EventRecorder:
         self.burst = burst
         self.refill = refill
         self.clock = clock
-        self._seen: dict[tuple[str, str, str, str], float] = {}
+        self._seen: dict[tuple[str, str, str, str, str], float] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         self.sent = 0
         self.dropped = 0  # queue overflow
@@ -90,7 +90,7 @@ class EventRecorder:
 
     def _allow(self, ref: ObjectRef, reason: str, note: str) -> bool:
         now = self.clock()
-        key = (ref.namespace, ref.name, reason, note)
+        key = (ref.namespace, ref.name, ref.uid, reason, note)
         last = self._seen.get(key)
         if last is not None and now - last < self.dedup_window:
             return False
@@ -115,7 +115,11 @@ class EventRecorder:
         }
 
     def forget(self, namespace: str, name: str) -> None:
-        """The object is gone: drop its dedup and rate-limit state."""
+        """The object is gone: drop its rate-limit bucket.
+
+        Its dedup entries are keyed by UID as well, so an object recreated under the same name
+        (a new UID) is not deduplicated against them; they expire with the dedup window.
+        """
         self._buckets.pop((namespace, name), None)
 
     def record(self, ref: ObjectRef, type_: str, reason: str, action: str, note: str) -> bool:

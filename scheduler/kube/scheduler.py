@@ -138,7 +138,8 @@ class KubeScheduler:
         self.foreign: set[str] = set()  # unbound pods of other schedulers
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
-        self.conditions: dict[str, str] = {}  # pod key -> PodScheduled=False message we set
+        # pod key -> the PodScheduled=False condition we set: (reason, message, transition time)
+        self.conditions: dict[str, tuple[str, str, str]] = {}
         self.queued_at: dict[str, float] = {}  # pod key -> when first seen pending
         self.active = False  # scheduling allowed (leader, not shutting down)
         self.aborting = False  # leadership lost: do not start new binding requests
@@ -247,7 +248,9 @@ class KubeScheduler:
             self.metrics.schedule_attempts.labels("error", fw.profile).inc()
             self.metrics.attempt_duration.labels("error", fw.profile).observe(elapsed)
             log.exception("scheduling error", pod=key, error=str(exc))
-            self.queue.retry(key)
+            self.queue.retry(key)  # back off, then try again
+            # visible like kube's: a FailedScheduling Event, PodScheduled=False SchedulerError
+            self._report_failure(pod, "SchedulerError", str(exc) or type(exc).__name__)
             return
         elapsed = time.perf_counter() - start
         self.metrics.algorithm_duration.observe(elapsed)
@@ -268,7 +271,7 @@ class KubeScheduler:
         if log.is_enabled_for(logging.INFO):  # the top scores cost a sort: only when logged
             self._log_decision(pod, result, gpus, attempts, elapsed)
         self.binding[key] = asyncio.create_task(
-            self._bind(pod, result.node, gpus, fw.profile, start), name=f"bind {key}"
+            self._bind(pod, result.node, gpus, fw.profile, start, attempts), name=f"bind {key}"
         )
 
     def _log_decision(
@@ -304,30 +307,56 @@ class KubeScheduler:
             message=message,
             duration_ms=round(elapsed * 1000, 3),
         )
+        self._report_failure(pod, "Unschedulable", message)
+
+    def _report_failure(self, pod: PodInfo, reason: str, message: str) -> None:
+        """A FailedScheduling Warning Event and PodScheduled=False (patched when it changes)."""
+        obj = self.pods.known.get(pod.key)
+        if obj is not None and (obj.get("spec") or {}).get("nodeName"):
+            return  # bound meanwhile (e.g. a binding that timed out but went through)
         ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
         self.recorder.record(ref, "Warning", "FailedScheduling", "Scheduling", message)
-        if self.conditions.get(pod.key) != message:
-            self.conditions[pod.key] = message
-            task = asyncio.create_task(self._set_unschedulable(pod, message))
-            self._tasks.append(task)
-            task.add_done_callback(self._forget_task)
+        prev = self.conditions.get(pod.key)
+        if prev is not None and prev[:2] == (reason, message):
+            return
+        # kube changes lastTransitionTime only when the status changes: while it stays False
+        # (another reason or message), the time it became False is kept
+        since = prev[2] if prev is not None else self._false_since(pod)
+        if since is None:
+            since = micro_time().split(".")[0] + "Z"
+        self.conditions[pod.key] = (reason, message, since)
+        task = asyncio.create_task(self._set_condition(pod, reason, message, since))
+        self._tasks.append(task)
+        task.add_done_callback(self._forget_task)
+
+    def _false_since(self, pod: PodInfo) -> str | None:
+        """lastTransitionTime of the pod's PodScheduled condition when it is already False."""
+        obj = self.pods.known.get(pod.key)
+        if obj is None or (obj.get("metadata") or {}).get("uid") != pod.uid:
+            return None
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if isinstance(cond, dict) and cond.get("type") == "PodScheduled":
+                since = cond.get("lastTransitionTime")
+                if cond.get("status") == "False" and isinstance(since, str) and since:
+                    return since
+        return None
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         with contextlib.suppress(ValueError):
             self._tasks.remove(task)
 
-    async def _set_unschedulable(self, pod: PodInfo, message: str) -> None:
-        """PodScheduled=False, reason Unschedulable, as kube-scheduler sets it."""
+    async def _set_condition(self, pod: PodInfo, reason: str, message: str, since: str) -> None:
+        """PodScheduled=False with `reason` (Unschedulable, SchedulerError), as kube sets it."""
         body = {
             "status": {
                 "conditions": [
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "reason": "Unschedulable",
+                        "reason": reason,
                         "message": message,
                         "lastProbeTime": None,
-                        "lastTransitionTime": micro_time().split(".")[0] + "Z",
+                        "lastTransitionTime": since,
                     }
                 ]
             }
@@ -351,8 +380,10 @@ class KubeScheduler:
         cached = self.cache.get(pod.key)
         return cached is not None and cached.uid == pod.uid and self.cache.is_assumed(pod.key)
 
-    async def _bind_request(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> str:
-        """POST pods/binding; returns the outcome: bound/conflict/gone/error/aborted.
+    async def _bind_request(
+        self, pod: PodInfo, node: str, gpus: tuple[int, ...]
+    ) -> tuple[str, str]:
+        """POST pods/binding; returns the outcome (bound/conflict/gone/error/aborted), error.
 
         The GPU set travels as an annotation of the Binding: the API server merges a
         Binding's `metadata.annotations` into the pod's in the same write that sets
@@ -360,10 +391,10 @@ class KubeScheduler:
         a binding that fails leaves no annotation behind.
         """
         if self.aborting or not self._still_assumed(pod):
-            return "aborted"
+            return "aborted", ""
         if not self._node_live(node):
             log.info("node gone before binding", pod=pod.key, node=node)
-            return "aborted"
+            return "aborted", ""
         metadata: Obj = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
         if gpus:
             metadata["annotations"] = {ANNOTATION_GPUS: format_gpu_indices(gpus)}
@@ -380,26 +411,32 @@ class KubeScheduler:
             )
         except ApiError as exc:
             if exc.status == 404:
-                return "gone"
+                return "gone", ""
             if exc.status == 409:
                 log.info("binding conflict", pod=pod.key, node=node, message=exc.message)
-                return "conflict"
+                return "conflict", ""
             log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
-            return "error"
-        return "bound"
+            return "error", str(exc)
+        return "bound", ""
 
     async def _bind(
-        self, pod: PodInfo, node: str, gpus: tuple[int, ...], profile: str, started: float
+        self,
+        pod: PodInfo,
+        node: str,
+        gpus: tuple[int, ...],
+        profile: str,
+        started: float,
+        attempts: int = 1,
     ) -> None:
         key = pod.key
         try:
             async with self._bind_slots:
                 t0 = time.perf_counter()
-                outcome = await self._bind_request(pod, node, gpus)
+                outcome, error = await self._bind_request(pod, node, gpus)
                 bind_time = time.perf_counter() - t0
         except Exception as exc:  # never lose the pod on an unexpected failure
             log.exception("binding crashed", pod=key, error=str(exc))
-            outcome, bind_time = "error", 0.0
+            outcome, error, bind_time = "error", str(exc) or type(exc).__name__, 0.0
         finally:
             self.binding.pop(key, None)
         self.metrics.bind_results.labels(outcome).inc()
@@ -413,10 +450,11 @@ class KubeScheduler:
             self.scheduled += 1
             total = time.perf_counter() - started
             self.metrics.attempt_duration.labels("scheduled", profile).observe(total)
+            # kept for us even when the watch showed the binding before the POST returned
             queued = self.queued_at.pop(key, None)
             if queued is not None:
-                attempts = str(min(mine.attempts if mine else 1, 15))
-                self.metrics.e2e_duration.labels(attempts).observe(self.options.clock() - queued)
+                label = str(min(max(attempts, 1), 15))
+                self.metrics.e2e_duration.labels(label).observe(self.options.clock() - queued)
             self.conditions.pop(key, None)
             note = f"Successfully assigned {key} to {node}"
             if gpus:
@@ -437,9 +475,35 @@ class KubeScheduler:
         if outcome in ("conflict", "gone"):
             if same_pod:
                 self.queue.delete(key)
-        elif same_pod:
-            self.queue.retry(key)
+        else:
+            if outcome == "error":  # kube: FailedScheduling, PodScheduled=False SchedulerError
+                self._report_failure(pod, "SchedulerError", f"Binding rejected: {error}")
+            if same_pod:
+                self.queue.retry(key)
+            else:
+                self._requeue(pod)
+        if key not in self.queue:
+            self.queued_at.pop(key, None)
         self._wakeup.set()
+
+    def _requeue(self, pod: PodInfo) -> None:
+        """Put a pod whose binding failed back in the queue if it is (again) ours and pending.
+
+        It left the queue while in flight (e.g. a configuration made it not ours, and a later
+        one made it ours again while it was still assumed, so it was not re-added): without
+        this it would never be scheduled again.
+        """
+        obj = self.pods.known.get(pod.key)
+        if obj is None or (obj.get("metadata") or {}).get("uid") != pod.uid:
+            return
+        if pod.key in self.queue or not eligible(obj, self.names):
+            return
+        current = self.infos.get(pod.key)
+        if current is None or current.uid != pod.uid:
+            current = pod
+        self.queue.add(pod.key, current.priority, current.creation_timestamp, current)
+        self.queued_at.setdefault(pod.key, self.options.clock())
+        log.info("pod re-queued after a failed binding", pod=pod.key)
 
     # -- informer handlers ----------------------------------------------------------------
 
@@ -495,7 +559,8 @@ class KubeScheduler:
             self.cache.add_pod(pod)
             self.queue.delete(key)
             self.foreign.discard(key)
-            self.queued_at.pop(key, None)
+            if key not in self.binding:  # else our binding records the SLI when it returns
+                self.queued_at.pop(key, None)
             if pod.terminal and not was_terminal:
                 self.queue.move_all(ClusterEvent.POD_DELETE)
                 self._wakeup.set()

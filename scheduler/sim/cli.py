@@ -21,10 +21,11 @@ __all__ = ["expand_policies", "run_simulate", "simulate"]
 
 _POLICY_SETS = {
     "topology": ("topology",),
+    "topology-dp": ("topology-dp",),
     "count-only": ("count-only",),
     "naive": ("naive",),
     "both": ("topology", "count-only"),
-    "all": ("topology", "count-only", "naive"),
+    "all": ("topology", "topology-dp", "count-only", "naive"),
 }
 
 
@@ -61,7 +62,7 @@ def simulate(
     for policy in policies:
         advance = progress(policy) if progress is not None else None
         sims[policy] = Simulation(
-            scenario, policy, config if policy == "topology" else None, check=check,
+            scenario, policy, config if policy.startswith("topology") else None, check=check,
             progress=advance,
         ).run()  # fmt: skip
     summaries = {name: summarize(sim) for name, sim in sims.items()}

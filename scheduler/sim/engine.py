@@ -8,9 +8,9 @@ GPU set on the pod's `topo-scheduler.io/gpus` annotation, set `spec.nodeName`, a
 bound pod to the cache as the watch would.
 
 Around the scheduler sits a model of the nodes: the kubelet admits the bound pod and its device
-plugin hands out GPUs (the set in the annotation when there is one -- what topo-scheduler
-deploys -- otherwise the policy's device-plugin behaviour: NVIDIA's besteffort, or the lowest
-free indices), and the node agent publishes the kubelet's assignments on the Node
+plugin hands out GPUs (under `topology` the set in the annotation, as a device plugin that
+honours it would; otherwise the policy's device-plugin behaviour: NVIDIA's besteffort, which
+ignores the annotation, or the lowest free indices), and the node agent publishes the kubelet's assignments on the Node
 (`topo-scheduler.io/gpu-assignments`). Completions delete the pod (the cache forgets it) and,
 like a cluster event, move unschedulable pods back to the active queue.
 """
@@ -51,7 +51,7 @@ __all__ = [
     "count_only_config",
 ]
 
-POLICIES = ("topology", "count-only", "naive")
+POLICIES = ("topology", "topology-dp", "count-only", "naive")
 GPU_PLUGIN = "GPUTopology"
 
 MIN_STEP = 1e-6
@@ -155,7 +155,10 @@ class Simulation:
             raise ValueError(f"unknown policy {policy!r}")
         self.scenario = scenario
         self.policy = policy
-        if policy == "topology":
+        # `topology-dp`: topo-scheduler's decisions on nodes whose device plugin ignores the
+        # recorded set and picks as NVIDIA's does (the stock device plugin does exactly that).
+        self.honors_gpu_set = policy != "topology-dp"
+        if policy in ("topology", "topology-dp"):
             self.config = config or default_config()
         else:
             self.config = count_only_config()
@@ -279,7 +282,7 @@ class Simulation:
         for name, amount in pod.requests.items():
             kubelet.used[name] -= amount
         held = kubelet.gpu_sets.pop(pod.uid, None)
-        if held is not None and ANNOTATION_GPUS not in pod.annotations:
+        if held is not None and (ANNOTATION_GPUS not in pod.annotations or not self.honors_gpu_set):
             self._publish_assignments(kubelet)
         # The pod is deleted: the watch reports it, the cache forgets it, and a deleted
         # assigned pod is a cluster event that may help unschedulable pods.
@@ -334,7 +337,7 @@ class Simulation:
         held = self._admit(kubelet, bound)
         self._bound[key] = bound
         self.cache.add_pod(bound)  # the watch reports the bound pod
-        if held and not gpus:
+        if held and (not gpus or not self.honors_gpu_set):
             self._publish_assignments(kubelet)
         record = self.records[key]
         record.state = "running"
@@ -366,7 +369,7 @@ class Simulation:
             return ()
         free = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask
         text = pod.annotations.get(ANNOTATION_GPUS)
-        if text is not None:
+        if text is not None and self.honors_gpu_set:
             gpus = parse_gpu_indices(text, pod=pod.key)
         elif self.policy == "naive":
             gpus = mask_to_indices(free)[:count]

@@ -14,7 +14,7 @@ from scheduler.sim.scenario import Scenario
 __all__ = ["WALL_CLOCK_FIELDS", "document", "plot", "render_table", "summarize"]
 
 SERIES_POINTS = 100
-_STYLES = {"topology": "-", "count-only": "--", "naive": ":"}
+_STYLES = {"topology": "-", "topology-dp": "-.", "count-only": "--", "naive": ":"}
 WALL_CLOCK_FIELDS = frozenset(
     {"wall_seconds", "throughput_decisions_per_second", "runtime_seconds"}
 )

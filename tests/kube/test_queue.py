@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +173,23 @@ def test_no_pod_is_lost(script: list[tuple[str, int]]) -> None:
     while (qp := q.pop()) is not None:
         out.append(qp.key)
     assert sorted(out) == sorted(alive)
+
+
+def test_pop_with_many_unschedulable_pods_does_not_copy_them() -> None:
+    """flush() runs on every pop: it stops at the first pod not yet due instead of copying."""
+    q, clock = make()
+    n = 50_000
+    for i in range(n):
+        q.add(f"ns/u{i}", 0, float(i), "u")
+    for i in range(n):
+        qp = q.pop()
+        assert qp is not None
+        q.unschedulable(qp.key)
+    start = time.perf_counter()
+    for _ in range(2_000):
+        assert q.pop() is None
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.3, elapsed  # a copy per pop: about 1 ms each, 2 s here
+    # the 5-minute flush still moves them all back, oldest first
+    clock.now += 300
+    assert q.pop() is not None and q.pending()["unschedulable"] == 0

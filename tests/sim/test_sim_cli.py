@@ -114,7 +114,7 @@ def test_cli_json_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*args, "--plot", str(png)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert list(doc["policies"]) == ["topology", "count-only", "naive"]
+    assert list(doc["policies"]) == ["topology", "topology-dp", "count-only", "naive"]
     assert doc["scenario"] == {
         "name": "tiny", "source": path, "seed": 4, "nodes": 3, "gpus": 16, "jobs": 23,
         "gpu_jobs": 22, "cpu_pods": 1,

@@ -165,3 +165,28 @@ def test_progress_counts_arrivals_and_completions() -> None:
     sim = Simulation(small(), "naive", progress=ticks.append).run()
     completed = sum(r.state == "completed" for r in sim.records.values())
     assert sum(ticks) == sim.events == len(sim.records) + completed
+
+
+def test_topology_dp_hands_out_what_the_device_plugin_picks() -> None:
+    """With the stock device plugin the recorded set is not honoured: the kubelet's pick is
+    NVIDIA's besteffort over the free GPUs, and the agent's report tells the cache."""
+    from scheduler.sim.engine import Simulation
+    from scheduler.topology import ANNOTATION_GPUS
+    from scheduler.topology.device_plugin import device_plugin_set
+
+    sim = Simulation(small(), "topology-dp", None)
+    seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    original = sim._admit
+
+    def admit(kubelet, pod):  # type: ignore[no-untyped-def]
+        free = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask if kubelet.topology else 0
+        count = pod.requests.get("nvidia.com/gpu", 0)
+        held = original(kubelet, pod)
+        if count and kubelet.topology is not None and ANNOTATION_GPUS in pod.annotations:
+            seen.append((tuple(held), device_plugin_set(kubelet.topology, free, count)))
+        return held
+
+    sim._admit = admit  # type: ignore[method-assign]
+    sim.run()
+    assert seen, "no GPU pod with a recorded set was admitted"
+    assert all(held == expected for held, expected in seen)
