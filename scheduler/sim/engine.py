@@ -10,9 +10,10 @@ bound pod to the cache as the watch would.
 Around the scheduler sits a model of the nodes: the kubelet admits the bound pod and its device
 plugin hands out GPUs (under `topology` the set in the annotation, as a device plugin that
 honours it would; otherwise the policy's device-plugin behaviour: NVIDIA's besteffort, which
-ignores the annotation, or the lowest free indices), and the node agent publishes the kubelet's assignments on the Node
-(`topo-scheduler.io/gpu-assignments`). Completions delete the pod (the cache forgets it) and,
-like a cluster event, move unschedulable pods back to the active queue.
+ignores the annotation, or the lowest free indices), and the node agent publishes the
+kubelet's assignments on the Node (`topo-scheduler.io/gpu-assignments`). Completions delete
+the pod (the cache forgets it) and, like a cluster event, move unschedulable pods back to the
+active queue.
 """
 
 from __future__ import annotations

@@ -50,6 +50,8 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
 
 _TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
+# Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
+_MAX_COUNT = 1_000_000
 _NODE_FIELDS = {"name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint"}
 _JOB_FIELDS = {
     "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
@@ -188,8 +190,8 @@ def _number(value: Any, path: str, *, default: float | None = None, minimum: flo
         if default is None:
             raise ScenarioError(f"{path}: is required")
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ScenarioError(f"{path}: must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ScenarioError(f"{path}: must be a finite number, got {value!r}")
     if value < minimum:
         raise ScenarioError(f"{path}: must be >= {minimum:g}, got {value!r}")
     return float(value)
@@ -204,6 +206,8 @@ def _integer(value: Any, path: str, *, default: int | None = None, minimum: int 
         raise ScenarioError(f"{path}: must be an integer, got {value!r}")
     if value < minimum:
         raise ScenarioError(f"{path}: must be >= {minimum}, got {value}")
+    if value > _MAX_COUNT:
+        raise ScenarioError(f"{path}: must be <= {_MAX_COUNT:,}, got {value:,}")
     return value
 
 
