@@ -2,8 +2,9 @@
 
 Like kube's event broadcaster: recording never blocks a scheduling cycle (a bounded queue,
 overflow dropped and counted), the same (object, reason, note) within `dedup_window` is sent
-once (the object is identified by its UID too, so a recreated object starts afresh), and each object gets at most `burst` events, refilled one per `refill` seconds (kube's
-spam filter: 25, one per 5 minutes).
+once (the object is identified by its UID too, so a recreated object starts afresh), and each
+object gets at most `burst` events, refilled one per `refill` seconds (kube's spam filter: 25,
+one per 5 minutes).
 """
 
 from __future__ import annotations

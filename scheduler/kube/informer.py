@@ -52,6 +52,18 @@ def object_key(obj: Obj) -> str:
     return f"{ns}/{md.get('name')}" if ns else str(md.get("name"))
 
 
+def _trim(obj: Obj) -> Obj:
+    """Drop what no handler reads and would only be kept in memory: metadata.managedFields.
+
+    Server-side apply bookkeeping is often the largest part of an object (client-go's
+    informers are usually given a transform that strips it, as here).
+    """
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+    return obj
+
+
 def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -97,6 +109,7 @@ class Reflector:
         items = body.get("items") or []
         seen: set[str] = set()
         for obj in items:
+            obj = _trim(obj)
             key = object_key(obj)
             seen.add(key)
             old = self.known.get(key)
@@ -113,6 +126,7 @@ class Reflector:
         self.synced.set()
 
     def _apply(self, kind: str, obj: Obj) -> None:
+        obj = _trim(obj)
         key = object_key(obj)
         if kind == "DELETED":
             self.known.pop(key, None)

@@ -143,9 +143,11 @@ class LeaderElector:
         from when `hold` starts: call it right after `acquire`, concurrently with whatever
         comes next (the informers' first sync), so that the Lease never lapses meanwhile.
         """
+        if self.renewed_at is None:  # not acquired through this object: count from now
+            self.renewed_at = self.clock()
         while True:
             await asyncio.sleep(self.timing.retry_period)
-            last = self.renewed_at if self.renewed_at is not None else self.clock()
+            last = self.renewed_at
             left = last + self.timing.renew_deadline - self.clock()
             ok = False
             if left > 0:
@@ -157,8 +159,7 @@ class LeaderElector:
             if ok:
                 continue
             taken = self._observed is not None and self._observed[0] not in ("", self.identity)
-            last = self.renewed_at if self.renewed_at is not None else last
-            if taken or self.clock() - last >= self.timing.renew_deadline:
+            if taken or self.clock() - self.renewed_at >= self.timing.renew_deadline:
                 self.is_leader = False
                 log.error(
                     "leadership lost", lease=f"{self.namespace}/{self.name}", identity=self.identity

@@ -46,13 +46,16 @@ from scheduler.topology.schema import (
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
 
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
 
 @dataclass
 class Options:
     """Timings and limits; tests shorten them."""
 
-    initial_backoff: float = 1.0
-    max_backoff: float = 10.0
+    # None: the configuration's podInitialBackoffSeconds / podMaxBackoffSeconds (1 s, 10 s)
+    initial_backoff: float | None = None
+    max_backoff: float | None = None
     max_unschedulable: float = 300.0
     watch_timeout: int = 300
     reflector_backoff: Backoff = field(default_factory=Backoff)
@@ -112,16 +115,17 @@ class KubeScheduler:
         self.names = frozenset(frameworks)
         self.cache = Cache()  # the core's GPU accounting: kubelet report, annotation, choice
         self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
-            self.options.clock,
-            self.options.initial_backoff,
-            self.options.max_backoff,
-            self.options.max_unschedulable,
+            self.options.clock, max_unschedulable=self.options.max_unschedulable
         )
+        self._apply_backoff(config)
         self.pods = Reflector(
             client,
             "/api/v1/pods",
             _PodHandler(self),
             name="pods",
+            # kube-scheduler's: finished pods hold no resources; one that finishes arrives as
+            # DELETED on this watch (it stops matching), and is not kept at all
+            field_selector=POD_FIELD_SELECTOR,
             watch_timeout=self.options.watch_timeout,
             backoff=self.options.reflector_backoff,
             on_relist=self._relisted,
@@ -214,11 +218,27 @@ class KubeScheduler:
                 await task
         self._tasks.clear()
 
+    def _apply_backoff(self, config: SchedulerConfiguration | None) -> None:
+        """The queue's pod backoff from the configuration (Options override it, for tests)."""
+        initial = self.options.initial_backoff
+        maximum = self.options.max_backoff
+        if initial is None:
+            initial = config.pod_initial_backoff_seconds if config is not None else 1.0
+        if maximum is None:
+            maximum = config.pod_max_backoff_seconds if config is not None else 10.0
+        self.queue.initial_backoff = float(initial)
+        self.queue.max_backoff = float(maximum)
+
     def apply_config(
         self, config: SchedulerConfiguration, frameworks: dict[str, Framework]
     ) -> None:
-        """Use a new configuration from the next cycle; re-sort pending pods by owner."""
+        """Use a new configuration from the next cycle; re-sort pending pods by owner.
+
+        A new podInitialBackoffSeconds / podMaxBackoffSeconds applies to backoffs computed
+        from now on; pods already backing off keep the time they were given.
+        """
         self.config = config
+        self._apply_backoff(config)
         self.frameworks = frameworks
         self.names = frozenset(frameworks)
         for obj in list(self.pods.known.values()):
@@ -476,7 +496,8 @@ class KubeScheduler:
             if same_pod:
                 self.queue.delete(key)
         else:
-            if outcome == "error":  # kube: FailedScheduling, PodScheduled=False SchedulerError
+            if outcome == "error" and pod.scheduler_name in self.names:
+                # kube: a FailedScheduling Event and PodScheduled=False, reason SchedulerError
                 self._report_failure(pod, "SchedulerError", f"Binding rejected: {error}")
             if same_pod:
                 self.queue.retry(key)

@@ -245,7 +245,7 @@ class EmulatorServer:
         items = self.store.list(
             res,
             ns,
-            parse_selector(request.query.get("fieldSelector")),
+            parse_selector(request.query.get("fieldSelector"), res),
             parse_selector(request.query.get("labelSelector")),
         )
         body = {
@@ -260,7 +260,9 @@ class EmulatorServer:
         self, request: web.Request, res: Resource, ns: str | None
     ) -> web.StreamResponse:
         q = request.query
-        fields = parse_selector(q.get("fieldSelector"))
+        # a watch with a field selector sees an object that stops matching as DELETED and
+        # one that starts matching as ADDED (kube's filterWatcher), see emit() below
+        fields = parse_selector(q.get("fieldSelector"), res)
         labels = parse_selector(q.get("labelSelector"))
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(q.get("timeoutSeconds") or 1800)

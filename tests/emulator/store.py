@@ -123,9 +123,47 @@ def field_value(obj: Obj, path: str) -> str:
 
 Selector = list[tuple[str, str, bool]]  # (path, value, equal)
 
+_META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+_EVENT_FIELDS = _META_FIELDS | {
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+}
+# the field labels kube-apiserver accepts per resource (its AddFieldLabelConversionFunc and
+# GetAttrs): anything else is answered 400 "field label not supported"
+FIELD_LABELS: dict[str, frozenset[str]] = {
+    "pods": _META_FIELDS
+    | {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
+    },
+    "nodes": _META_FIELDS | {"spec.unschedulable"},
+    "namespaces": _META_FIELDS | {"status.phase"},
+    "events": _EVENT_FIELDS,
+}
 
-def parse_selector(text: str | None) -> Selector:
-    """`a=b,c!=d` (also `==`) -> terms; only the equality forms kube's field selectors allow."""
+
+def parse_selector(text: str | None, res: Resource | None = None) -> Selector:
+    """`a=b,c!=d` (also `==`) -> terms; only the equality forms kube's selectors allow.
+
+    With `res` it is a field selector: like kube-apiserver, only that resource's supported
+    field labels are accepted (400 `field label not supported: X` otherwise).
+    """
     out: Selector = []
     for term in (text or "").split(","):
         term = term.strip()
@@ -142,6 +180,11 @@ def parse_selector(text: str | None) -> Selector:
             out.append((k.strip(), v.strip(), True))
         else:
             raise ApiError(400, "BadRequest", f'invalid selector: "{term}"')
+    if res is not None:
+        allowed = FIELD_LABELS.get(res.plural, _META_FIELDS)
+        for path, _, _ in out:
+            if path not in allowed:
+                raise ApiError(400, "BadRequest", f"field label not supported: {path}")
     return out
 
 

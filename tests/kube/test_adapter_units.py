@@ -224,3 +224,22 @@ def test_hold_measures_the_renew_deadline_from_the_last_renewal(emulator: Emulat
             await client.close()
 
     asyncio.run(run())
+
+
+def test_queue_backoff_from_the_configuration_and_applied_live() -> None:
+    from plugins import frameworks_for
+    from scheduler.config import load_config
+    from scheduler.kube.scheduler import Options
+
+    head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    config = load_config(head + "podInitialBackoffSeconds: 3\npodMaxBackoffSeconds: 7\n")
+    client = KubeClient.for_url("http://127.0.0.1:9")
+    sched = KubeScheduler(client, config, frameworks_for(config))
+    assert (sched.queue.initial_backoff, sched.queue.max_backoff) == (3.0, 7.0)
+    assert [sched.queue.backoff_duration(n) for n in (1, 2, 3)] == [3.0, 6.0, 7.0]
+    changed = load_config(head + "podInitialBackoffSeconds: 2\npodMaxBackoffSeconds: 20\n")
+    sched.apply_config(changed, frameworks_for(changed))  # a ConfigMap change: no restart
+    assert (sched.queue.initial_backoff, sched.queue.max_backoff) == (2.0, 20.0)
+    # explicit Options (tests) win over the configuration
+    fast = KubeScheduler(client, config, frameworks_for(config), options=Options(max_backoff=0.2))
+    assert (fast.queue.initial_backoff, fast.queue.max_backoff) == (3.0, 0.2)

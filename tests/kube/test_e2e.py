@@ -499,3 +499,40 @@ def test_lease_renewed_while_the_first_sync_is_slow(emulator: Emulator) -> None:
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
+
+
+def test_pod_informer_skips_finished_pods_and_managed_fields(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+    store = emulator.server.store
+    managed = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+
+    def make_finished(name: str, phase: str) -> None:
+        emulator.server.call(
+            lambda: store.patch(
+                PODS, "default", name, {"status": {"phase": phase}}, False, "status"
+            )
+        )
+
+    emulator.create_pod("done", scheduler="default-scheduler", node="n0", gpus=1)
+    make_finished("done", "Succeeded")
+    emulator.create_pod("runs", scheduler="default-scheduler", node="n0", gpus=2)
+    emulator.patch(PODS, "runs", {"metadata": {"managedFields": managed}}, "default")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: rep.sched is not None and rep.sched.synced, what="sync")
+        sched = rep.sched
+        assert sched is not None
+        assert sched.pods.field_selector == "status.phase!=Succeeded,status.phase!=Failed"
+        assert set(sched.pods.known) == {"default/runs"}  # the finished pod was never listed
+        assert "managedFields" not in sched.pods.known["default/runs"]["metadata"]
+        assert sched.cache.get("default/done") is None
+        # a pod that finishes leaves the watch as DELETED: its GPUs are free again
+        make_finished("runs", "Failed")
+        await wait_for(lambda: sched.cache.get("default/runs") is None, what="finished pod gone")
+        assert "default/runs" not in sched.pods.known
+        emulator.create_pod("big", gpus=8)
+        await wait_for(lambda: all_bound_once(emulator, ["default/big"]), what="all GPUs used")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())

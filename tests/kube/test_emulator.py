@@ -216,3 +216,55 @@ def test_aio_client_watch_dropped_and_fault(emulator: Emulator) -> None:
 
     asyncio.run(run())
     assert PODS.plural == "pods"
+
+
+def test_phase_field_selector_and_finished_pod_deleted_from_the_watch(emulator: Emulator) -> None:
+    """kube-scheduler's `status.phase!=Succeeded,status.phase!=Failed`, served as kube does."""
+    from scheduler.kube.client import ApiError, KubeClient
+
+    selector = "status.phase!=Succeeded,status.phase!=Failed"
+    store = emulator.server.store
+    emulator.create_pod("running", node="n0")
+    emulator.create_pod("done", node="n0")
+    emulator.server.call(
+        lambda: store.patch(
+            PODS, "default", "done", {"status": {"phase": "Succeeded"}}, False, "status"
+        )
+    )
+
+    async def run() -> None:
+        client = KubeClient.for_url(emulator.url)
+        try:
+            listed = await client.get("/api/v1/pods", {"fieldSelector": selector})
+            assert [p["metadata"]["name"] for p in listed["items"]] == ["running"]
+            rv = listed["metadata"]["resourceVersion"]
+            # like kube-apiserver: only the resource's own field labels
+            with pytest.raises(ApiError) as err:
+                await client.get("/api/v1/pods", {"fieldSelector": "spec.priority!=1"})
+            assert err.value.status == 400
+            assert "field label not supported: spec.priority" in err.value.message
+            with pytest.raises(ApiError) as err:
+                await client.get("/api/v1/nodes", {"fieldSelector": "status.phase!=Failed"})
+            assert err.value.status == 400
+
+            def finish() -> None:
+                emulator.server.call(
+                    lambda: store.patch(
+                        PODS, "default", "running", {"status": {"phase": "Failed"}}, False, "status"
+                    )
+                )
+
+            seen: list[tuple[str, str, str]] = []
+            query = {"fieldSelector": selector, "resourceVersion": rv}
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, lambda: loop.run_in_executor(None, finish))
+            async for event in client.watch("/api/v1/pods", query, 2):
+                obj = event["object"]
+                seen.append((event["type"], obj["metadata"]["name"], obj["status"]["phase"]))
+                break
+            # the object stopped matching: DELETED, carrying its new state
+            assert seen == [("DELETED", "running", "Failed")]
+        finally:
+            await client.close()
+
+    asyncio.run(run())

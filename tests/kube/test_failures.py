@@ -147,9 +147,13 @@ def test_recreated_pod_gets_its_scheduled_event_again(emulator: Emulator) -> Non
         client = KubeClient.for_url(emulator.url)
         rec = EventRecorder(client, clock=lambda: 0.0)
         note = "Successfully assigned default/p to n0"
-        assert rec.record(ObjectRef("Pod", "default", "p", "uid-1"), "Normal", "Scheduled", "B", note)
+        assert rec.record(
+            ObjectRef("Pod", "default", "p", "uid-1"), "Normal", "Scheduled", "B", note
+        )
         rec.forget("default", "p")  # deleted, then created again with the same name
-        assert rec.record(ObjectRef("Pod", "default", "p", "uid-2"), "Normal", "Scheduled", "B", note)
+        assert rec.record(
+            ObjectRef("Pod", "default", "p", "uid-2"), "Normal", "Scheduled", "B", note
+        )
         # the same object is still deduplicated
         assert not rec.record(
             ObjectRef("Pod", "default", "p", "uid-2"), "Normal", "Scheduled", "B", note

@@ -181,7 +181,7 @@ def test_pop_with_many_unschedulable_pods_does_not_copy_them() -> None:
     n = 50_000
     for i in range(n):
         q.add(f"ns/u{i}", 0, float(i), "u")
-    for i in range(n):
+    for _ in range(n):
         qp = q.pop()
         assert qp is not None
         q.unschedulable(qp.key)

@@ -70,7 +70,7 @@ _DELETE = object()
         (["nodes", 0, "flavour"], "x", "nodes[0].flavour: unknown field"),
         (["jobs", 0, "gpus"], {1: -2}, "jobs[0].gpus.1: must be >= 0"),
         (["jobs", 0, "gpus"], {"two": 1}, "jobs[0].gpus.two: GPU count must be an integer"),
-        (["jobs", 0, "duration", "median"], "long", "jobs[0].duration.median: must be a number"),
+        (["jobs", 0, "duration", "median"], "long", "jobs[0].duration.median: must be a finite number"),
         (["jobs", 0, "placement"], {"nvlink": 2}, "jobs[0].placement.nvlink: a share must be"),
         (["jobs", 0, "placement"], {"anywhere": 0.5}, "jobs[0].placement.anywhere: must be one"),
         (["jobs", 1, "duration"], _DELETE, "jobs[1].duration: is required"),
@@ -94,7 +94,7 @@ def test_cli_bad_scenario_exits_2_with_one_line(
     assert main(["simulate", path]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith(f"error: {path}: jobs[0].gpus.1: must be a number")
+    assert err.startswith(f"error: {path}: jobs[0].gpus.1: must be a finite number")
     assert main(["simulate", _write(tmp_path, "nodes: [", "bad.yaml")]) == 2
     assert "not valid YAML" in capsys.readouterr().err
     assert main(["simulate", str(tmp_path / "missing.yaml")]) == 2
