@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import structlog
 
-from scheduler.cache import Cache
+from plugins import gpu_resource
+from scheduler.cache import Cache, GPUAccounting
 from scheduler.config import SchedulerConfiguration
 from scheduler.framework import NO_NODES_MESSAGE, Framework, ScheduleResult
 from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
@@ -113,7 +114,9 @@ class KubeScheduler:
         self.config = config
         self.frameworks = frameworks
         self.names = frozenset(frameworks)
-        self.cache = Cache()  # the core's GPU accounting: kubelet report, annotation, choice
+        # The core's GPU accounting (kubelet report, our choice, annotation, device-plugin
+        # guess) for GPUTopology's resource; a changed resourceName applies on restart.
+        self.cache = Cache(GPUAccounting(resource=gpu_resource(frameworks)))
         self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
             self.options.clock, max_unschedulable=self.options.max_unschedulable
         )
