@@ -631,7 +631,13 @@ class KubeScheduler:
         except ModelError as exc:
             log.error("node not understood", error=str(exc))
             return
+        snapshot = self.cache.snapshot
+        slot = snapshot.slot(node.name)
+        problem_before = snapshot.gpu_problem[slot] if slot is not None else None
         self.cache.add_node(node)
+        problem = snapshot.gpu_problem[snapshot.index[node.name]]
+        if problem and problem != problem_before:  # once per new problem, not per heartbeat
+            log.warning("GPU annotation invalid, node is count-only", node=node.name, error=problem)
         if old is None:
             self.queue.move_all(ClusterEvent.NODE_ADD)
         else:

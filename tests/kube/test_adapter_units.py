@@ -243,3 +243,31 @@ def test_queue_backoff_from_the_configuration_and_applied_live() -> None:
     # explicit Options (tests) win over the configuration
     fast = KubeScheduler(client, config, frameworks_for(config), options=Options(max_backoff=0.2))
     assert (fast.queue.initial_backoff, fast.queue.max_backoff) == (3.0, 0.2)
+
+
+def test_invalid_gpu_topology_is_logged_once_and_the_node_stays_count_only() -> None:
+    """A node whose topology annotation is invalid stays usable; the problem is logged once."""
+    import structlog
+
+    from plugins import frameworks_for
+    from scheduler.config import default_config
+    from scheduler.kube.scheduler import KubeScheduler
+    from scheduler.topology.schema import ANNOTATION_TOPOLOGY
+
+    config = default_config()
+    sched = KubeScheduler(None, config, frameworks_for(config))  # type: ignore[arg-type]
+    node = {
+        "kind": "Node",
+        "metadata": {"name": "g", "annotations": {ANNOTATION_TOPOLOGY: "{not json"}},
+        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "10",
+                                   "nvidia.com/gpu": "8"}},
+    }  # fmt: skip
+    with structlog.testing.capture_logs() as logs:
+        sched._nodes_upsert(node, None)
+        sched._nodes_upsert(node, node)  # a heartbeat: same problem, no second line
+    warnings = [e for e in logs if e["event"].startswith("GPU annotation invalid")]
+    assert len(warnings) == 1 and warnings[0]["node"] == "g"
+    assert "gpu-topology" in warnings[0]["error"]
+    slot = sched.cache.snapshot.slot("g")
+    assert slot is not None and sched.cache.snapshot.live[slot]
+    assert sched.cache.snapshot.gpu_topology[slot] is None
