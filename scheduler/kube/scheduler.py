@@ -124,7 +124,7 @@ class KubeScheduler:
         self.pods = Reflector(
             client,
             "/api/v1/pods",
-            _PodHandler(self),
+            _GuardedHandler("Pod", self._pods_upsert, self._pods_delete),
             name="pods",
             # kube-scheduler's: finished pods hold no resources; one that finishes arrives as
             # DELETED on this watch (it stops matching), and is not kept at all
@@ -136,7 +136,7 @@ class KubeScheduler:
         self.nodes = Reflector(
             client,
             "/api/v1/nodes",
-            _NodeHandler(self),
+            _GuardedHandler("Node", self._nodes_upsert, self._nodes_delete),
             name="nodes",
             watch_timeout=self.options.watch_timeout,
             backoff=self.options.reflector_backoff,
@@ -691,23 +691,21 @@ def _guarded(kind: str, fn: Callable[..., None], *args: Any) -> None:
         )
 
 
-class _PodHandler:
-    def __init__(self, owner: KubeScheduler) -> None:
-        self.owner = owner
+class _GuardedHandler:
+    """Watch events of one kind to the scheduler's handlers; an error is logged, not raised."""
+
+    def __init__(
+        self,
+        kind: str,
+        upsert: Callable[[Obj, Obj | None], None],
+        delete: Callable[[Obj], None],
+    ) -> None:
+        self.kind = kind
+        self.upsert = upsert
+        self.delete = delete
 
     def on_upsert(self, obj: Obj, old: Obj | None) -> None:
-        _guarded("Pod", self.owner._pods_upsert, obj, old)
+        _guarded(self.kind, self.upsert, obj, old)
 
     def on_delete(self, obj: Obj) -> None:
-        _guarded("Pod", self.owner._pods_delete, obj)
-
-
-class _NodeHandler:
-    def __init__(self, owner: KubeScheduler) -> None:
-        self.owner = owner
-
-    def on_upsert(self, obj: Obj, old: Obj | None) -> None:
-        _guarded("Node", self.owner._nodes_upsert, obj, old)
-
-    def on_delete(self, obj: Obj) -> None:
-        _guarded("Node", self.owner._nodes_delete, obj)
+        _guarded(self.kind, self.delete, obj)
