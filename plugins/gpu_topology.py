@@ -22,6 +22,7 @@ binder (the lowest free indices on a node without a topology).
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,10 @@ class GPUTopology:
     def __init__(self, args: GPUTopologyArgs) -> None:
         self.args = args
         self.selector = GpuSelector(args.pair_scores)
+        # The last evaluation, reused by score after filter in the same cycle: the snapshot
+        # (weakly), its GPU version, count, placement, the slots evaluated and the verdicts.
+        self._last: tuple[weakref.ref[Snapshot], int, int, Placement, BoolArray, _Verdicts] | None
+        self._last = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -148,6 +153,27 @@ class GPUTopology:
             return Placement.BEST_EFFORT, str(exc)
 
     def _evaluate(
+        self, snapshot: Snapshot, mask: BoolArray, count: int, placement: Placement
+    ) -> _Verdicts:
+        """Best set per slot in `mask` (slots with a topology); score reuses filter's work."""
+        last = self._last
+        if (
+            last is not None
+            and last[0]() is snapshot
+            and last[1:4] == (snapshot.gpu_version, count, placement)
+            and not np.any(mask & ~last[4])
+        ):
+            done = last[5]
+            keep = mask[done.slots]
+            return _Verdicts(
+                done.slots[keep], done.fits[keep], done.set_score[keep], done.free_count[keep]
+            )
+        verdicts = self._search(snapshot, mask, count, placement)
+        self._last = (weakref.ref(snapshot), snapshot.gpu_version, count, placement,
+                      mask.copy(), verdicts)  # fmt: skip
+        return verdicts
+
+    def _search(
         self, snapshot: Snapshot, mask: BoolArray, count: int, placement: Placement
     ) -> _Verdicts:
         """Best set per slot in `mask` (slots with a topology), one search per group."""

@@ -90,6 +90,9 @@ class Snapshot:
         self._free: list[int] = []
         # Bumped when labels/taints/node set change, so plugins can cache per generation.
         self.node_generation = 0
+        # Bumped when GPU state changes (topologies, GPUs held, slots), so a plugin can reuse
+        # what it computed from it within one cycle.
+        self.gpu_version = 0
         self.live_count = 0
         self._name_rank: IntArray | None = None
         self._missing: dict[int, bool] = {}  # row -> some live node lacks the resource
@@ -213,6 +216,7 @@ class Snapshot:
             self.capacity = slot  # views keep their length while buffers double
             self._allocate_buffers(2 * slot)
         self.capacity = slot + 1
+        self.gpu_version += 1
         self._refresh_views()
         self.gpu_topology.append(None)
         self.gpu_problem.append(None)
@@ -277,6 +281,7 @@ class Snapshot:
     def _set_gpu_topology(self, slot: int, old: NodeInfo | None, info: NodeInfo) -> None:
         """Parse the node's GPU annotations when they changed; an invalid topology leaves
         the node count-only, the problem kept for `explain`."""
+        self.gpu_version += 1
         text = info.annotations.get(ANNOTATION_TOPOLOGY)
         if old is None or old.annotations.get(ANNOTATION_TOPOLOGY) != text:
             topology: Topology | None = None
@@ -327,6 +332,7 @@ class Snapshot:
         if info is not None:
             self._drop_images(slot, info)
         self._missing.clear()
+        self.gpu_version += 1
         self.nodes[slot] = None
         self.allocatable[:, slot] = 0
         self.gpu_topology[slot] = None
@@ -396,6 +402,7 @@ class Snapshot:
 
     def set_gpus(self, slot: int, pod_key: str, gpus: tuple[int, ...] | None) -> None:
         """Record (or clear, with None) the GPU indices a pod holds on a slot."""
+        self.gpu_version += 1
         sets = self.gpu_sets[slot]
         if gpus is None:
             sets.pop(pod_key, None)

@@ -82,3 +82,31 @@ def test_topology_with_too_many_gpus_is_invalid_and_names_the_node() -> None:
     gpus = [{"index": i} for i in range(64)]
     with pytest.raises(TopologyError, match=r"big.*64 GPUs; at most 63"):
         parse_topology(json.dumps({"version": 1, "gpus": gpus, "links": []}), node="big")
+
+
+def test_gpu_verdicts_reused_within_a_cycle_never_outlive_an_assumption() -> None:
+    """GPUTopology reuses filter's evaluation in score; an assume in between must not be
+    missed: identical pods get disjoint sets until the node is full."""
+    from plugins import frameworks_for
+    from scheduler.config import default_config
+    from scheduler.topology import builtin_topology, format_topology
+    from scheduler.topology.schema import ANNOTATION_TOPOLOGY
+
+    topo = {ANNOTATION_TOPOLOGY: format_topology(builtin_topology("dgx-h100"))}
+    cache = cache_of([node("g", cpu="64", extra={"nvidia.com/gpu": "8"}, annotations=topo)])
+    fw = frameworks_for(default_config())["topo-scheduler"]
+    taken: set[int] = set()
+    for i in range(2):
+        p = pod_info(f"p{i}", {"nvidia.com/gpu": "4"})
+        result = fw.schedule(p, cache.snapshot)
+        reference = fw.schedule_reference(p, cache.snapshot)
+        assert result.node == "g" and len(result.gpus) == 4
+        slot = cache.snapshot.slot("g")
+        assert slot is not None
+        # The packing part of the score sees the GPUs the previous pod took.
+        assert int(result.scores["GPUTopology"][slot]) == reference.scores["GPUTopology"]["g"]
+        assert taken.isdisjoint(result.gpus)
+        taken |= set(result.gpus)
+        cache.assume(p, "g", result.gpus)
+    third = fw.schedule(pod_info("p2", {"nvidia.com/gpu": "1"}), cache.snapshot)
+    assert third.node is None
