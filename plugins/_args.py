@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.config import ConfigError
+from scheduler.config import ConfigError, strict_mapping
 
-__all__ = ["ResourceSpec", "args_mapping", "resource_specs", "string_list"]
+__all__ = ["ResourceSpec", "resource_specs", "string_list"]
 
 
 @dataclass(frozen=True, slots=True)
 class ResourceSpec:
     name: str
     weight: int
-
-
-def args_mapping(raw: Mapping[str, Any] | None, path: str, allowed: set[str]) -> Mapping[str, Any]:
-    """The args as a mapping; unknown fields are errors, as with kube's strict decoding."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{path}: must be a mapping, got {type(raw).__name__}")
-    for key in raw:
-        if key not in allowed:
-            raise ConfigError(f'{path}.{key}: unknown field "{key}"')
-    return raw
 
 
 def string_list(raw: Any, path: str) -> tuple[str, ...]:
@@ -52,7 +39,7 @@ def resource_specs(
     seen: set[str] = set()
     for i, item in enumerate(raw):
         item_path = f"{path}[{i}]"
-        entry = args_mapping(item, item_path, {"name", "weight"})
+        entry = strict_mapping(item, item_path, {"name", "weight"})
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{item_path}.name: must be a non-empty string")

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import ResourceSpec, args_mapping, resource_specs
+from plugins._args import ResourceSpec, resource_specs
 from plugins._resources import pod_request, reference_inputs, vector_rows
-from scheduler.config import ConfigError
+from scheduler.config import ConfigError, strict_mapping
 from scheduler.framework import MAX_NODE_SCORE
 from scheduler.model import PodInfo
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
@@ -120,7 +120,7 @@ class BalancedAllocation:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> BalancedAllocation:
-    data = args_mapping(args, path, {"resources"})
+    data = strict_mapping(args, path, {"resources"})
     resources = resource_specs(data.get("resources"), f"{path}.resources", DEFAULT_RESOURCES)
     for i, spec in enumerate(resources):
         # kube's ValidateNodeResourcesBalancedAllocationArgs: the weight is unused and must be 1.

@@ -29,8 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import args_mapping
-from scheduler.config import ConfigError
+from scheduler.config import ConfigError, strict_mapping
 from scheduler.framework import Allocation, PreFilterResult, ReasonMasks
 from scheduler.model import PodInfo
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
@@ -76,7 +75,7 @@ class GPUTopologyArgs:
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...})."""
-    data = args_mapping(raw, path, {"resourceName", "pairScores"})
+    data = strict_mapping(raw, path, {"resourceName", "pairScores"})
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")

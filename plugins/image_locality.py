@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import args_mapping
+from scheduler.config import strict_mapping
 from scheduler.framework import MAX_NODE_SCORE
 from scheduler.model import PodInfo
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
@@ -76,5 +76,5 @@ class ImageLocality:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> ImageLocality:
-    args_mapping(args, path, set())
+    strict_mapping(args, path, set())
     return ImageLocality()

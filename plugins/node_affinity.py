@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import args_mapping
+from scheduler.config import strict_mapping
 from scheduler.framework import (
     PreFilterResult,
     ReasonMasks,
@@ -204,7 +204,7 @@ class NodeAffinity:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> NodeAffinity:
-    args_mapping(args, path, set())
+    strict_mapping(args, path, set())
     return NodeAffinity()
 
 

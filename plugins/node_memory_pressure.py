@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from plugins._args import args_mapping
+from scheduler.config import strict_mapping
 from scheduler.framework import ReasonMasks
 from scheduler.model import PodInfo
 from scheduler.snapshot import BoolArray, NodeState, Snapshot
@@ -30,5 +30,5 @@ class NodeMemoryPressure:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> NodeMemoryPressure:
-    args_mapping(args, path, set())
+    strict_mapping(args, path, set())
     return NodeMemoryPressure()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import args_mapping
+from scheduler.config import strict_mapping
 from scheduler.framework import ReasonMasks
 from scheduler.model import HostPort, PodInfo
 from scheduler.snapshot import BoolArray, NodeState, Snapshot
@@ -56,5 +56,5 @@ class NodePorts:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> NodePorts:
-    args_mapping(args, path, set())
+    strict_mapping(args, path, set())
     return NodePorts()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import ResourceSpec, args_mapping, resource_specs, string_list
+from plugins._args import ResourceSpec, resource_specs, string_list
 from plugins._resources import (
     floor_div,
     go_div,
@@ -25,7 +25,7 @@ from plugins._resources import (
     trunc_div,
     vector_rows,
 )
-from scheduler.config import ConfigError
+from scheduler.config import ConfigError, strict_mapping
 from scheduler.framework import MAX_NODE_SCORE, ReasonMasks
 from scheduler.model import PodInfo
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
@@ -56,7 +56,9 @@ class FitArgs:
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> FitArgs:
     """NodeResourcesFitArgs, validated as kube validates them."""
-    data = args_mapping(raw, path, {"ignoredResources", "ignoredResourceGroups", "scoringStrategy"})
+    data = strict_mapping(
+        raw, path, {"ignoredResources", "ignoredResourceGroups", "scoringStrategy"}
+    )
     ignored = string_list(data.get("ignoredResources"), f"{path}.ignoredResources")
     groups = string_list(data.get("ignoredResourceGroups"), f"{path}.ignoredResourceGroups")
     for i, group in enumerate(groups):
@@ -65,7 +67,7 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> FitArgs:
                 f"{path}.ignoredResourceGroups[{i}]: resource group name can't contain '/'"
             )
     spath = f"{path}.scoringStrategy"
-    strategy = args_mapping(data.get("scoringStrategy"), spath,
+    strategy = strict_mapping(data.get("scoringStrategy"), spath,
                             {"type", "resources", "requestedToCapacityRatio"})  # fmt: skip
     kind = strategy.get("type", LEAST_ALLOCATED)
     if kind not in (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO):
@@ -77,7 +79,7 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> FitArgs:
     shape: list[ShapePoint] = []
     if kind == REQUESTED_TO_CAPACITY_RATIO:
         rpath = f"{spath}.requestedToCapacityRatio"
-        ratio = args_mapping(strategy.get("requestedToCapacityRatio"), rpath, {"shape"})
+        ratio = strict_mapping(strategy.get("requestedToCapacityRatio"), rpath, {"shape"})
         raw_shape = ratio.get("shape")
         if not isinstance(raw_shape, list) or not raw_shape:
             raise ConfigError(
@@ -85,7 +87,7 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> FitArgs:
             )
         for i, item in enumerate(raw_shape):
             ipath = f"{rpath}.shape[{i}]"
-            point = args_mapping(item, ipath, {"utilization", "score"})
+            point = strict_mapping(item, ipath, {"utilization", "score"})
             utilization, score = point.get("utilization", 0), point.get("score", 0)
             for field, value, top in (("utilization", utilization, _MAX_UTILIZATION),
                                       ("score", score, _MAX_CUSTOM_SCORE)):  # fmt: skip

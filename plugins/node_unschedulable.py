@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from plugins._args import args_mapping
+from scheduler.config import strict_mapping
 from scheduler.framework import ReasonMasks
 from scheduler.model import PodInfo, Taint, tolerates
 from scheduler.snapshot import BoolArray, NodeState, Snapshot
@@ -34,5 +34,5 @@ class NodeUnschedulable:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> NodeUnschedulable:
-    args_mapping(args, path, set())
+    strict_mapping(args, path, set())
     return NodeUnschedulable()

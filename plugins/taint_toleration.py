@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from plugins._args import args_mapping
+from scheduler.config import strict_mapping
 from scheduler.framework import ReasonMasks, default_normalize, default_normalize_reference
 from scheduler.model import PodInfo, Taint, Toleration, tolerates
 from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
@@ -85,5 +85,5 @@ class TaintToleration:
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> TaintToleration:
-    args_mapping(args, path, set())
+    strict_mapping(args, path, set())
     return TaintToleration()

@@ -37,6 +37,7 @@ __all__ = [
     "build_frameworks",
     "default_config",
     "load_config",
+    "strict_mapping",
 ]
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
@@ -178,6 +179,14 @@ def _expect_list(value: Any, path: str) -> list[Any]:
     return value
 
 
+def strict_mapping(value: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
+    """A mapping (None reads as empty) whose keys are all in `allowed`: kube decodes its
+    configuration strictly, so an unknown field is an error naming it."""
+    data = _expect_mapping(value, path)
+    _no_unknown(data, allowed, path)
+    return data
+
+
 def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
     for key in data:
         if key not in allowed:
@@ -186,13 +195,11 @@ def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
 
 
 def _plugin_set(raw: Any, path: str) -> PluginSet:
-    data = _expect_mapping(raw, path)
-    _no_unknown(data, {"enabled", "disabled"}, path)
+    data = strict_mapping(raw, path, {"enabled", "disabled"})
     enabled = []
     for i, item in enumerate(_expect_list(data.get("enabled"), f"{path}.enabled")):
         item_path = f"{path}.enabled[{i}]"
-        entry = _expect_mapping(item, item_path)
-        _no_unknown(entry, {"name", "weight"}, item_path)
+        entry = strict_mapping(item, item_path, {"name", "weight"})
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{item_path}.name: must be a non-empty string")
@@ -211,8 +218,7 @@ def _plugin_set(raw: Any, path: str) -> PluginSet:
     disabled = []
     for i, item in enumerate(_expect_list(data.get("disabled"), f"{path}.disabled")):
         item_path = f"{path}.disabled[{i}]"
-        entry = _expect_mapping(item, item_path)
-        _no_unknown(entry, {"name", "weight"}, item_path)
+        entry = strict_mapping(item, item_path, {"name", "weight"})
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{item_path}.name: must be a non-empty string")
@@ -222,9 +228,8 @@ def _plugin_set(raw: Any, path: str) -> PluginSet:
 
 def _profile(raw: Any, index: int) -> Profile:
     path = f"profiles[{index}]"
-    data = _expect_mapping(raw, path)
-    _no_unknown(
-        data, {"schedulerName", "plugins", "pluginConfig", "percentageOfNodesToScore"}, path
+    data = strict_mapping(
+        raw, path, {"schedulerName", "plugins", "pluginConfig", "percentageOfNodesToScore"}
     )
     _percentage(data.get("percentageOfNodesToScore"), f"{path}.percentageOfNodesToScore")
     name = data.get("schedulerName", DEFAULT_SCHEDULER_NAME)
@@ -248,8 +253,7 @@ def _profile(raw: Any, index: int) -> Profile:
     args_path: dict[str, str] = {}
     for i, item in enumerate(_expect_list(data.get("pluginConfig"), f"{path}.pluginConfig")):
         item_path = f"{path}.pluginConfig[{i}]"
-        entry = _expect_mapping(item, item_path)
-        _no_unknown(entry, {"name", "args"}, item_path)
+        entry = strict_mapping(item, item_path, {"name", "args"})
         plugin = entry.get("name")
         if not isinstance(plugin, str) or not plugin:
             raise ConfigError(f"{item_path}.name: must be a non-empty string")
