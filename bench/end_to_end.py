@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.topology.builtin import builtin_topology
-from scheduler.topology.schema import ANNOTATION_TOPOLOGY, topology_to_dict
+from scheduler.core.topology.builtin import builtin_topology
+from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY, topology_to_dict
 
 
 def _emulator_process(conn: Connection) -> None:

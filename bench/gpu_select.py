@@ -16,8 +16,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from scheduler.topology import GpuSelector, Topology, builtin_topology, device_plugin_set
-from scheduler.topology.schema import GpuInfo, GpuLink
+from scheduler.core.topology import GpuSelector, Topology, builtin_topology, device_plugin_set
+from scheduler.core.topology.schema import GpuInfo, GpuLink
 
 
 def pcie_16() -> Topology:

@@ -76,10 +76,10 @@ def make_pod(i: int, rng: random.Random) -> dict[str, Any]:
 def run_one(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     """One size in this process: build, schedule every pod, measure."""
     from plugins import frameworks_for
-    from scheduler.cache import Cache
-    from scheduler.config import default_config
-    from scheduler.model import NodeInfo, PodInfo
-    from scheduler.topology import builtin_topology, format_topology
+    from scheduler.core.cache import Cache
+    from scheduler.core.config import default_config
+    from scheduler.core.model import NodeInfo, PodInfo
+    from scheduler.core.topology import builtin_topology, format_topology
 
     rng = random.Random(seed)
     annotations = {name: format_topology(builtin_topology(name)) for name in TOPOLOGIES}

@@ -20,12 +20,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from plugins import frameworks_for  # noqa: E402
-from scheduler.cache import Cache  # noqa: E402
-from scheduler.config import default_config  # noqa: E402
-from scheduler.model import NodeInfo, PodInfo  # noqa: E402
-from scheduler.topology import builtin_topology, format_topology  # noqa: E402
-from scheduler.topology.schema import ANNOTATION_TOPOLOGY  # noqa: E402
+from plugins import frameworks_for
+from scheduler.core.cache import Cache
+from scheduler.core.config import default_config
+from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.topology import builtin_topology, format_topology
+from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 GPU_TOPOLOGIES = ("dgx-h100", "dgx-a100", "pcie-8gpu-2socket", "dgx1-v100")

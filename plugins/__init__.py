@@ -18,8 +18,8 @@ from plugins import (
     node_unschedulable,
     taint_toleration,
 )
-from scheduler.config import SchedulerConfiguration, build_frameworks
-from scheduler.framework import Framework, PluginFactory
+from scheduler.core.config import SchedulerConfiguration, build_frameworks
+from scheduler.core.framework import Framework, PluginFactory
 
 __all__ = ["REGISTRY", "frameworks_for", "gpu_resource"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.config import ConfigError, strict_mapping
+from scheduler.core.config import ConfigError, strict_mapping
 
 __all__ = ["ResourceSpec", "resource_specs", "string_list"]
 

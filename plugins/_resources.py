@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from plugins._args import ResourceSpec
-from scheduler.model import PodInfo
-from scheduler.snapshot import IntArray, NodeState, Snapshot
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import IntArray, NodeState, Snapshot
 
 __all__ = [
     "is_extended",

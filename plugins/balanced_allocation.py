@@ -15,10 +15,10 @@ import numpy as np
 
 from plugins._args import ResourceSpec, resource_specs
 from plugins._resources import pod_request, reference_inputs, vector_rows
-from scheduler.config import ConfigError, strict_mapping
-from scheduler.framework import MAX_NODE_SCORE
-from scheduler.model import PodInfo
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.config import ConfigError, strict_mapping
+from scheduler.core.framework import MAX_NODE_SCORE
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "NodeResourcesBalancedAllocation"
 DEFAULT_RESOURCES = (ResourceSpec("cpu", 1), ResourceSpec("memory", 1))

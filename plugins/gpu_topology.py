@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.config import ConfigError, strict_mapping
-from scheduler.framework import Allocation, PreFilterResult, ReasonMasks
-from scheduler.model import PodInfo
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
-from scheduler.topology.schema import (
+from scheduler.core.config import ConfigError, strict_mapping
+from scheduler.core.framework import Allocation, PreFilterResult, ReasonMasks
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
     Placement,
@@ -42,8 +42,8 @@ from scheduler.topology.schema import (
     parse_placement,
     parse_topology,
 )
-from scheduler.topology.scoring import DEFAULT_TABLE, PairScoreTable, pair_matrix
-from scheduler.topology.select import GpuSelector
+from scheduler.core.topology.scoring import DEFAULT_TABLE, PairScoreTable, pair_matrix
+from scheduler.core.topology.select import GpuSelector
 
 NAME = "GPUTopology"
 _KEY_BITS = 32

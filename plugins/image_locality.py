@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.config import strict_mapping
-from scheduler.framework import MAX_NODE_SCORE
-from scheduler.model import PodInfo
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.config import strict_mapping
+from scheduler.core.framework import MAX_NODE_SCORE
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "ImageLocality"
 MB = 1024 * 1024

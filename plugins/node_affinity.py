@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.config import strict_mapping
-from scheduler.framework import (
+from scheduler.core.config import strict_mapping
+from scheduler.core.framework import (
     PreFilterResult,
     ReasonMasks,
     default_normalize,
     default_normalize_reference,
 )
-from scheduler.model import (
+from scheduler.core.model import (
     NodeInfo,
     NodeSelector,
     NodeSelectorRequirement,
@@ -30,7 +30,7 @@ from scheduler.model import (
     PodInfo,
     PreferredTerm,
 )
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "NodeAffinity"
 REASON = "node(s) didn't match Pod's node affinity/selector"

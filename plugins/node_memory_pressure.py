@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.config import strict_mapping
-from scheduler.framework import ReasonMasks
-from scheduler.model import PodInfo
-from scheduler.snapshot import BoolArray, NodeState, Snapshot
+from scheduler.core.config import strict_mapping
+from scheduler.core.framework import ReasonMasks
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import BoolArray, NodeState, Snapshot
 
 NAME = "NodeMemoryPressure"
 REASON = "node(s) had memory pressure"

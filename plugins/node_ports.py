@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.config import strict_mapping
-from scheduler.framework import ReasonMasks
-from scheduler.model import HostPort, PodInfo
-from scheduler.snapshot import BoolArray, NodeState, Snapshot
+from scheduler.core.config import strict_mapping
+from scheduler.core.framework import ReasonMasks
+from scheduler.core.model import HostPort, PodInfo
+from scheduler.core.snapshot import BoolArray, NodeState, Snapshot
 
 NAME = "NodePorts"
 REASON = "node(s) didn't have free ports for the requested pod ports"

@@ -25,10 +25,10 @@ from plugins._resources import (
     trunc_div,
     vector_rows,
 )
-from scheduler.config import ConfigError, strict_mapping
-from scheduler.framework import MAX_NODE_SCORE, ReasonMasks
-from scheduler.model import PodInfo
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.config import ConfigError, strict_mapping
+from scheduler.core.framework import MAX_NODE_SCORE, ReasonMasks
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "NodeResourcesFit"
 LEAST_ALLOCATED = "LeastAllocated"

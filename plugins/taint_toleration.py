@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.config import strict_mapping
-from scheduler.framework import ReasonMasks, default_normalize, default_normalize_reference
-from scheduler.model import PodInfo, Taint, Toleration, tolerates
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.config import strict_mapping
+from scheduler.core.framework import ReasonMasks, default_normalize, default_normalize_reference
+from scheduler.core.model import PodInfo, Taint, Toleration, tolerates
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 NAME = "TaintToleration"
 

@@ -116,7 +116,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return int(run_agent(args))
     if args.command == "topology":
-        from scheduler.topology.cli import run_topology
+        from scheduler.agent.topology_cli import run_topology
 
         return int(run_topology(args))
     raise AssertionError(args.command)

@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from scheduler.cache import Cache, GPUAccounting
-from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
-from scheduler.framework import Framework, ScheduleResult
-from scheduler.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.cache import Cache, GPUAccounting
+from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.core.framework import Framework, ScheduleResult
+from scheduler.core.model import ModelError, NodeInfo, PodInfo
 
 __all__ = ["ExplainError", "explain", "load_snapshot", "report", "run_explain"]
 

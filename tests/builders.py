@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.cache import Cache
-from scheduler.model import NodeInfo, PodInfo
+from scheduler.core.cache import Cache
+from scheduler.core.model import NodeInfo, PodInfo
 
 
 def node(

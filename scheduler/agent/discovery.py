@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.topology.schema import SCHEMA_VERSION
+from scheduler.core.topology.schema import SCHEMA_VERSION
 
 ReadFile = Callable[[str], str | None]
 

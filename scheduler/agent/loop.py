@@ -21,7 +21,7 @@ from scheduler.agent.podresources import (
     gpu_assignments,
     list_pod_resources,
 )
-from scheduler.topology.schema import (
+from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_TOPOLOGY,
     format_assignments,

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import structlog
 
-from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
-from scheduler.framework import Framework
+from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.configsource import ConfigMapSource
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
 from scheduler.kube.scheduler import KubeScheduler, Options
-from scheduler.server import StatusServer, parse_bind_address
+from scheduler.kube.server import StatusServer, parse_bind_address
 
 log = structlog.get_logger("topo_scheduler")
 Builder = Callable[[SchedulerConfiguration], dict[str, Framework]]

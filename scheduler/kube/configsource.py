@@ -12,8 +12,8 @@ from typing import Any
 
 import structlog
 
-from scheduler.config import ConfigError, SchedulerConfiguration, load_config
-from scheduler.framework import Framework
+from scheduler.core.config import ConfigError, SchedulerConfiguration, load_config
+from scheduler.core.framework import Framework
 from scheduler.kube.client import KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.informer import Backoff, Reflector
@@ -22,7 +22,7 @@ from scheduler.kube.metrics import Metrics
 Obj = dict[str, Any]
 Builder = Callable[[SchedulerConfiguration], dict[str, Framework]]
 Apply = Callable[[SchedulerConfiguration, dict[str, Framework]], None]
-log = structlog.get_logger("topo_scheduler.config")
+log = structlog.get_logger("topo_scheduler.core.config")
 
 CONFIG_KEY = "config.yaml"
 

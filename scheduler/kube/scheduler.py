@@ -27,22 +27,22 @@ import numpy as np
 import structlog
 
 from plugins import gpu_resource
-from scheduler.cache import Cache, GPUAccounting
-from scheduler.config import SchedulerConfiguration
-from scheduler.framework import NO_NODES_MESSAGE, Framework, ScheduleResult
-from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
-from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
-from scheduler.kube.informer import Backoff, Reflector
-from scheduler.kube.metrics import Metrics
-from scheduler.model import ModelError, NodeInfo, PodInfo
-from scheduler.queue import ClusterEvent, SchedulingQueue, eligible
-from scheduler.snapshot import Snapshot
-from scheduler.topology.schema import (
+from scheduler.core.cache import Cache, GPUAccounting
+from scheduler.core.config import SchedulerConfiguration
+from scheduler.core.framework import NO_NODES_MESSAGE, Framework, ScheduleResult
+from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.queue import ClusterEvent, SchedulingQueue, eligible
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_GPUS,
     ANNOTATION_TOPOLOGY,
     format_gpu_indices,
 )
+from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
+from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
+from scheduler.kube.informer import Backoff, Reflector
+from scheduler.kube.metrics import Metrics
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")

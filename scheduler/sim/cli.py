@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scheduler.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
 from scheduler.sim.engine import Simulation
 from scheduler.sim.report import document, plot, render_table, summarize
 from scheduler.sim.scenario import Scenario, ScenarioError, bundled_scenario_path, load_scenario

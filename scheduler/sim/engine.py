@@ -1,9 +1,9 @@
 """The simulated cluster: a clock, the scheduler's own cache, queue and framework, a binder.
 
 Nothing in the decision path knows it is simulated. Each pending pod is popped from
-`scheduler.queue.SchedulingQueue` (clock injected: simulated seconds), decided by
-`Framework.schedule` on the `scheduler.cache.Cache` snapshot, assumed in the cache, and bound by
-an in-memory binder that does what the real one does against the API server: write the chosen
+`scheduler.core.queue.SchedulingQueue` (clock injected: simulated seconds), decided by
+`Framework.schedule` on the `scheduler.core.cache.Cache` snapshot, assumed in the cache, and
+bound by an in-memory binder that does what the real one does against the API server: write the chosen
 GPU set on the pod's `topo-scheduler.io/gpus` annotation, set `spec.nodeName`, and deliver the
 bound pod to the cache as the watch would.
 
@@ -25,15 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cache import Cache, GPUAccounting
-from scheduler.config import SchedulerConfiguration, default_config, load_config
-from scheduler.framework import Framework, ScheduleResult
-from scheduler.model import NodeInfo, PodInfo
-from scheduler.queue import ClusterEvent, SchedulingQueue
-from scheduler.sim.quality import QualityModel, SetQuality
-from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
-from scheduler.topology.device_plugin import device_plugin_set
-from scheduler.topology.schema import (
+from scheduler.core.cache import Cache, GPUAccounting
+from scheduler.core.config import SchedulerConfiguration, default_config, load_config
+from scheduler.core.framework import Framework, ScheduleResult
+from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.queue import ClusterEvent, SchedulingQueue
+from scheduler.core.topology.device_plugin import device_plugin_set
+from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_GPUS,
     Topology,
@@ -41,7 +39,9 @@ from scheduler.topology.schema import (
     format_gpu_indices,
     parse_gpu_indices,
 )
-from scheduler.topology.scoring import mask_to_indices
+from scheduler.core.topology.scoring import mask_to_indices
+from scheduler.sim.quality import QualityModel, SetQuality
+from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
 
 __all__ = [
     "POLICIES",

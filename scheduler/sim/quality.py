@@ -18,9 +18,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from scheduler.topology.schema import Topology
-from scheduler.topology.scoring import DEFAULT_TABLE, PairMatrix, pair_matrix, set_score
-from scheduler.topology.select import GpuSelector
+from scheduler.core.topology.schema import Topology
+from scheduler.core.topology.scoring import DEFAULT_TABLE, PairMatrix, pair_matrix, set_score
+from scheduler.core.topology.select import GpuSelector
 
 __all__ = ["NVLINK_GBPS", "PCIE_GBPS", "QualityModel", "SetQuality", "link_gbps", "ring_gbps"]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from scheduler.quantity import QuantityError, resource_value
-from scheduler.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
-from scheduler.topology.schema import (
+from scheduler.core.quantity import QuantityError, resource_value
+from scheduler.core.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
+from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
     Placement,

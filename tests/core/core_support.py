@@ -19,10 +19,10 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from plugins import frameworks_for  # noqa: E402
-from scheduler.cache import Cache  # noqa: E402
-from scheduler.config import load_config  # noqa: E402
-from scheduler.framework import Framework  # noqa: E402
-from scheduler.model import NodeInfo, PodInfo  # noqa: E402
+from scheduler.core.cache import Cache  # noqa: E402
+from scheduler.core.config import load_config  # noqa: E402
+from scheduler.core.framework import Framework  # noqa: E402
+from scheduler.core.model import NodeInfo, PodInfo  # noqa: E402
 from tests.builders import cache_of, container, node, pod  # noqa: E402
 
 __all__ = [

@@ -9,9 +9,9 @@ from core_support import cache_of, framework, node, pod, pod_info, profile_confi
 
 from plugins import frameworks_for
 from plugins.node_resources_fit import MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO, ShapePoint
-from scheduler.config import ConfigError, default_config, load_config
-from scheduler.framework import NO_NODES_MESSAGE, fit_error_message
-from scheduler.model import PodInfo
+from scheduler.core.config import ConfigError, default_config, load_config
+from scheduler.core.framework import NO_NODES_MESSAGE, fit_error_message
+from scheduler.core.model import PodInfo
 
 DEFAULT_SCORES = [
     ("TaintToleration", 3),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from core_support import container, node, pod
 
-from scheduler.model import (
+from scheduler.core.model import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
     HostPort,
@@ -18,7 +18,7 @@ from scheduler.model import (
     Taint,
     Toleration,
 )
-from scheduler.quantity import QuantityError, format_milli, parse_quantity, resource_value
+from scheduler.core.quantity import QuantityError, format_milli, parse_quantity, resource_value
 
 Ki, Mi, Gi = 2**10, 2**20, 2**30
 

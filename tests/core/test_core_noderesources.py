@@ -16,8 +16,8 @@ from core_support import cache_of, container, filter_reasons, node, plugin_score
 
 from plugins import balanced_allocation, node_resources_fit
 from plugins._args import ResourceSpec
-from scheduler.config import ConfigError
-from scheduler.model import PodInfo
+from scheduler.core.config import ConfigError
+from scheduler.core.model import PodInfo
 
 EXT_A = "example.com/aaa"
 EXT_B = "example.com/bbb"

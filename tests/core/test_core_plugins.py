@@ -14,8 +14,8 @@ import pytest
 from core_support import cache_of, container, filter_reasons, node, plugin_scores, pod
 
 from plugins import image_locality, node_affinity, node_ports, node_unschedulable, taint_toleration
-from scheduler.framework import PreFilterResult
-from scheduler.model import NodeInfo, PodInfo, normalized_image_name
+from scheduler.core.framework import PreFilterResult
+from scheduler.core.model import NodeInfo, PodInfo, normalized_image_name
 
 MB = 1024 * 1024
 

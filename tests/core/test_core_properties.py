@@ -16,11 +16,11 @@ from core_support import container, framework, node, pod
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from scheduler.cache import Cache
-from scheduler.framework import Framework, fit_error_message
-from scheduler.model import NodeInfo, PodInfo
-from scheduler.quantity import QuantityError, parse_quantity
-from scheduler.snapshot import Snapshot
+from scheduler.core.cache import Cache
+from scheduler.core.framework import Framework, fit_error_message
+from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.quantity import QuantityError, parse_quantity
+from scheduler.core.snapshot import Snapshot
 
 SETTINGS = settings(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],

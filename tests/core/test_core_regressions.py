@@ -28,7 +28,7 @@ def test_reenabled_default_filter_runs_first_as_in_kube() -> None:
 def test_amounts_beyond_2_53_are_rejected_naming_the_field() -> None:
     import pytest
 
-    from scheduler.model import ModelError, PodInfo
+    from scheduler.core.model import ModelError, PodInfo
 
     big = pod("huge", {"memory": "1Gi", "cpu": "1E"})
     with pytest.raises(ModelError, match=r"Pod default/huge: spec.containers\[0\].resources"
@@ -37,8 +37,8 @@ def test_amounts_beyond_2_53_are_rejected_naming_the_field() -> None:
 
 
 def test_bad_gpu_annotations_leave_the_accounting_intact() -> None:
-    from scheduler.topology import ANNOTATION_GPUS, builtin_topology, format_topology
-    from scheduler.topology.schema import ANNOTATION_TOPOLOGY
+    from scheduler.core.topology import ANNOTATION_GPUS, builtin_topology, format_topology
+    from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY
 
     topo = {ANNOTATION_TOPOLOGY: format_topology(builtin_topology("dgx-h100"))}
     gpu_node = node("g", extra={"nvidia.com/gpu": "8"}, annotations=topo)
@@ -58,8 +58,8 @@ def test_bad_gpu_annotations_leave_the_accounting_intact() -> None:
 
 
 def pod_info_bound(annotation: str):  # type: ignore[no-untyped-def]
-    from scheduler.model import PodInfo
-    from scheduler.topology import ANNOTATION_GPUS
+    from scheduler.core.model import PodInfo
+    from scheduler.core.topology import ANNOTATION_GPUS
 
     return PodInfo.from_object(
         pod(
@@ -77,7 +77,7 @@ def test_topology_with_too_many_gpus_is_invalid_and_names_the_node() -> None:
 
     import pytest
 
-    from scheduler.topology import TopologyError, parse_topology
+    from scheduler.core.topology import TopologyError, parse_topology
 
     gpus = [{"index": i} for i in range(64)]
     with pytest.raises(TopologyError, match=r"big.*64 GPUs; at most 63"):
@@ -88,9 +88,9 @@ def test_gpu_verdicts_reused_within_a_cycle_never_outlive_an_assumption() -> Non
     """GPUTopology reuses filter's evaluation in score; an assume in between must not be
     missed: identical pods get disjoint sets until the node is full."""
     from plugins import frameworks_for
-    from scheduler.config import default_config
-    from scheduler.topology import builtin_topology, format_topology
-    from scheduler.topology.schema import ANNOTATION_TOPOLOGY
+    from scheduler.core.config import default_config
+    from scheduler.core.topology import builtin_topology, format_topology
+    from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY
 
     topo = {ANNOTATION_TOPOLOGY: format_topology(builtin_topology("dgx-h100"))}
     cache = cache_of([node("g", cpu="64", extra={"nvidia.com/gpu": "8"}, annotations=topo)])

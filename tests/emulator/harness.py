@@ -17,7 +17,7 @@ from scheduler.kube.client import ClientOptions
 from scheduler.kube.informer import Backoff
 from scheduler.kube.leader import LeaseTiming
 from scheduler.kube.scheduler import KubeScheduler, Options
-from scheduler.server import StatusServer
+from scheduler.kube.server import StatusServer
 
 from . import Emulator
 

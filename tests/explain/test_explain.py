@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from scheduler.cli import main
-from scheduler.topology import ANNOTATION_TOPOLOGY, builtin_topology, format_topology
+from scheduler.core.topology import ANNOTATION_TOPOLOGY, builtin_topology, format_topology
 from tests.builders import container, node, pod
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

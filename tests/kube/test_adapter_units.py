@@ -10,15 +10,15 @@ import urllib.request
 
 import pytest
 
+from scheduler.core.model import PodInfo
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
 from scheduler.kube.ratelimit import TokenBucket
 from scheduler.kube.scheduler import KubeScheduler
+from scheduler.kube.server import StatusServer, parse_bind_address
 from scheduler.logs import configure
-from scheduler.model import PodInfo
-from scheduler.server import StatusServer, parse_bind_address
 from tests.emulator import EVENTS, LEASES, Emulator, make_pod
 
 
@@ -228,7 +228,7 @@ def test_hold_measures_the_renew_deadline_from_the_last_renewal(emulator: Emulat
 
 def test_queue_backoff_from_the_configuration_and_applied_live() -> None:
     from plugins import frameworks_for
-    from scheduler.config import load_config
+    from scheduler.core.config import load_config
     from scheduler.kube.scheduler import Options
 
     head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
@@ -250,9 +250,9 @@ def test_invalid_gpu_topology_is_logged_once_and_the_node_stays_count_only() -> 
     import structlog
 
     from plugins import frameworks_for
-    from scheduler.config import default_config
+    from scheduler.core.config import default_config
+    from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY
     from scheduler.kube.scheduler import KubeScheduler
-    from scheduler.topology.schema import ANNOTATION_TOPOLOGY
 
     config = default_config()
     sched = KubeScheduler(None, config, frameworks_for(config))  # type: ignore[arg-type]

@@ -11,12 +11,12 @@ import copy
 from typing import Any
 
 from plugins import frameworks_for
-from scheduler.config import default_config, load_config
+from scheduler.core.config import default_config, load_config
+from scheduler.core.model import PodInfo
+from scheduler.core.queue import Where
 from scheduler.kube.client import KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.scheduler import KubeScheduler, Options
-from scheduler.model import PodInfo
-from scheduler.queue import Where
 from tests.emulator import EVENTS, PODS, Emulator, make_pod
 
 Obj = dict[str, Any]

@@ -7,7 +7,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.queue import ClusterEvent, SchedulingQueue, Where, eligible
+from scheduler.core.queue import ClusterEvent, SchedulingQueue, Where, eligible
 
 
 class Clock:

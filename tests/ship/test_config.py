@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from plugins import frameworks_for
-from scheduler.config import SchedulerConfiguration, default_config, load_config
-from scheduler.framework import Framework
+from scheduler.core.config import SchedulerConfiguration, default_config, load_config
+from scheduler.core.framework import Framework
 
 from ._support import CHART_DIR, MANIFESTS_DIR, VALUE_SETS, find, load_yaml_docs, objects
 

@@ -111,7 +111,7 @@ def test_event_filters_name_the_schedulers_reporting_controller() -> None:
 
 
 def test_annotations_and_policies_named_are_the_schedulers() -> None:
-    from scheduler.topology import schema
+    from scheduler.core.topology import schema
 
     known = {
         schema.ANNOTATION_TOPOLOGY,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.model import PodInfo
-from scheduler.topology.schema import ANNOTATION_PLACEMENT, Placement
+from scheduler.core.model import PodInfo
+from scheduler.core.topology.schema import ANNOTATION_PLACEMENT, Placement
 
 from ._support import EXAMPLES_DIR, load_yaml_docs, pod_specs
 

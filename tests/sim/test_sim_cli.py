@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scheduler.cli import main
-from scheduler.config import DEFAULT_PLUGINS
+from scheduler.core.config import DEFAULT_PLUGINS
 from scheduler.sim.scenario import (
     ScenarioError,
     bundled_scenario_path,

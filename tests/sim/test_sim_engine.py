@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from plugins import frameworks_for
-from scheduler.config import default_config
+from scheduler.core.config import default_config
+from scheduler.core.framework import ScheduleResult
+from scheduler.core.model import PodInfo
+from scheduler.core.topology import builtin_topology, device_plugin_set
 from scheduler.explain import explain
-from scheduler.framework import ScheduleResult
-from scheduler.model import PodInfo
 from scheduler.sim.cli import simulate
 from scheduler.sim.engine import Simulation, count_only_config
 from scheduler.sim.quality import QualityModel, ring_gbps
 from scheduler.sim.report import WALL_CLOCK_FIELDS
 from scheduler.sim.scenario import Scenario, parse_scenario
-from scheduler.topology import builtin_topology, device_plugin_set
 
 SMALL: dict[str, Any] = {
     "name": "small",
@@ -170,9 +170,9 @@ def test_progress_counts_arrivals_and_completions() -> None:
 def test_topology_dp_hands_out_what_the_device_plugin_picks() -> None:
     """With the stock device plugin the recorded set is not honoured: the kubelet's pick is
     NVIDIA's besteffort over the free GPUs, and the agent's report tells the cache."""
+    from scheduler.core.topology import ANNOTATION_GPUS
+    from scheduler.core.topology.device_plugin import device_plugin_set
     from scheduler.sim.engine import Simulation
-    from scheduler.topology import ANNOTATION_GPUS
-    from scheduler.topology.device_plugin import device_plugin_set
 
     sim = Simulation(small(), "topology-dp", None)
     seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []

@@ -23,14 +23,14 @@ from topo_fakes import (
 
 from scheduler.agent.discovery import discover, normalize_bus_id
 from scheduler.agent.loop import Agent, AgentConfig, NoDriverError
-from scheduler.topology import (
+from scheduler.core.topology import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_TOPOLOGY,
     GpuSelector,
     parse_nvidia_smi,
     parse_topology,
 )
-from scheduler.topology.nvidia_smi import nvidia_smi_cells
+from scheduler.core.topology.nvidia_smi import nvidia_smi_cells
 
 MACHINES = {
     "dgx1-v100": dgx1_v100,

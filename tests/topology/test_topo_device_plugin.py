@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.topology import (
+from scheduler.core.topology import (
     DEVICE_PLUGIN_TABLE,
     GpuSelector,
     Topology,
@@ -16,7 +16,7 @@ from scheduler.topology import (
     device_plugin_set,
     pair_matrix,
 )
-from scheduler.topology.nvidia_smi import parse_nvidia_smi
+from scheduler.core.topology.nvidia_smi import parse_nvidia_smi
 
 Pad = None
 

@@ -10,7 +10,7 @@ import pytest
 from topo_fakes import DATA
 
 from scheduler.cli import main
-from scheduler.topology import (
+from scheduler.core.topology import (
     BUILTIN_TOPOLOGIES,
     TopologyError,
     builtin_topology,
@@ -18,7 +18,7 @@ from scheduler.topology import (
     parse_nvidia_smi,
     parse_topology,
 )
-from scheduler.topology.nvidia_smi import nvidia_smi_cells
+from scheduler.core.topology.nvidia_smi import nvidia_smi_cells
 
 
 def _read(name: str) -> str:

@@ -16,11 +16,11 @@ from plugins.gpu_topology import (
     new,
     parse_args,
 )
-from scheduler.cache import Cache
-from scheduler.config import ConfigError
-from scheduler.framework import Framework
-from scheduler.model import NodeInfo, PodInfo
-from scheduler.topology import (
+from scheduler.core.cache import Cache
+from scheduler.core.config import ConfigError
+from scheduler.core.framework import Framework
+from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.topology import (
     ANNOTATION_GPUS,
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,

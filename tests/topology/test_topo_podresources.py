@@ -18,7 +18,7 @@ from scheduler.agent.podresources import (
     gpu_assignments,
     list_pod_resources,
 )
-from scheduler.topology import ANNOTATION_ASSIGNMENTS, parse_assignments
+from scheduler.core.topology import ANNOTATION_ASSIGNMENTS, parse_assignments
 
 
 def _uuid(i: int) -> str:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_topo_select import brute_force
 
-from scheduler.topology import (
+from scheduler.core.topology import (
     GpuInfo,
     GpuLink,
     GpuSelector,
@@ -18,7 +18,7 @@ from scheduler.topology import (
     format_topology,
     parse_topology,
 )
-from scheduler.topology.schema import PCIE_LEVELS
+from scheduler.core.topology.schema import PCIE_LEVELS
 
 
 @st.composite

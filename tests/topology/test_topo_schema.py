@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.topology import (
+from scheduler.core.topology import (
     ANNOTATION_GPUS,
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.topology import (
+from scheduler.core.topology import (
     DEFAULT_TABLE,
     DEVICE_PLUGIN_TABLE,
     GpuInfo,

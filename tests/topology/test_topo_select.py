@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.topology import (
+from scheduler.core.topology import (
     GpuInfo,
     GpuLink,
     GpuSelector,

@@ -7,8 +7,8 @@ published matrices of these systems; the 16-GPU DGX-2 matrix is generated (NV6 e
 
 from __future__ import annotations
 
-from scheduler.topology.nvidia_smi import parse_nvidia_smi
-from scheduler.topology.schema import Topology, TopologyError
+from scheduler.core.topology.nvidia_smi import parse_nvidia_smi
+from scheduler.core.topology.schema import Topology, TopologyError
 
 _DGX1_V100 = """\
         GPU0    GPU1    GPU2    GPU3    GPU4    GPU5    GPU6    GPU7    mlx5_0  mlx5_2  mlx5_1  mlx5_3  CPU Affinity    NUMA Affinity

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from scheduler.topology.nvidia_smi import parse_numa_list, parse_nvidia_smi
-from scheduler.topology.schema import TopologyError, topology_to_dict
+from scheduler.core.topology.nvidia_smi import parse_numa_list, parse_nvidia_smi
+from scheduler.core.topology.schema import TopologyError, topology_to_dict
 
 
 def run_topology(args: argparse.Namespace) -> int:

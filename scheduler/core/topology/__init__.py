@@ -1,10 +1,14 @@
 """GPU topology: annotation schema, pair scores and graph, best-set search, device-plugin
 emulation, built-in topologies. Pure: no NVML, no Kubernetes client."""
 
-from scheduler.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology, builtin_topology_text
-from scheduler.topology.device_plugin import device_plugin_set
-from scheduler.topology.nvidia_smi import parse_nvidia_smi
-from scheduler.topology.schema import (
+from scheduler.core.topology.builtin import (
+    BUILTIN_TOPOLOGIES,
+    builtin_topology,
+    builtin_topology_text,
+)
+from scheduler.core.topology.device_plugin import device_plugin_set
+from scheduler.core.topology.nvidia_smi import parse_nvidia_smi
+from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_GPUS,
     ANNOTATION_PLACEMENT,
@@ -24,7 +28,7 @@ from scheduler.topology.schema import (
     topology_from_dict,
     topology_to_dict,
 )
-from scheduler.topology.scoring import (
+from scheduler.core.topology.scoring import (
     DEFAULT_TABLE,
     DEVICE_PLUGIN_TABLE,
     PairScoreTable,
@@ -34,7 +38,7 @@ from scheduler.topology.scoring import (
     set_score,
     topology_graph,
 )
-from scheduler.topology.select import GpuSelector, Selection
+from scheduler.core.topology.select import GpuSelector, Selection
 
 __all__ = [
     "ANNOTATION_ASSIGNMENTS",

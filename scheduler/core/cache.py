@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.model import NodeInfo, PodInfo
-from scheduler.snapshot import Snapshot
-from scheduler.topology.schema import ANNOTATION_GPUS, TopologyError, parse_gpu_indices
-from scheduler.topology.select import GpuSelector
+from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.topology.schema import ANNOTATION_GPUS, TopologyError, parse_gpu_indices
+from scheduler.core.topology.select import GpuSelector
 
 __all__ = ["GPU_RESOURCE", "Cache", "GPUAccounting", "GPUResolver"]
 

@@ -3,7 +3,7 @@
 Each node has a slot; per-resource amounts live in numpy arrays indexed by slot so a plugin
 evaluates every node with a few vector operations. Sparse facts (taints, host ports, images,
 GPU sets) are indexed so a plugin touches only the nodes that have them. The store is
-updated incrementally by `scheduler.cache.Cache`, its only writer.
+updated incrementally by `scheduler.core.cache.Cache`, its only writer.
 
 A slot can exist without a live node: pods bound to a node the cache has not seen yet, or
 to a node deleted while pods still run there, are accounted on a slot that no pod is
@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.model import HostPort, NodeInfo, PodInfo
-from scheduler.topology.schema import (
+from scheduler.core.model import HostPort, NodeInfo, PodInfo
+from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_TOPOLOGY,
     Topology,

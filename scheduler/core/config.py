@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.framework import (
+from scheduler.core.framework import (
     Allocator,
     FilterPlugin,
     Framework,

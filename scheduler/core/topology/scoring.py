@@ -15,7 +15,7 @@ from typing import Any
 
 import networkx as nx
 
-from scheduler.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
+from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
 
 PairMatrix = tuple[tuple[int, ...], ...]
 

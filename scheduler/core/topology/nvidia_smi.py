@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from scheduler.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
+from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
 
 MAX_DIRECT_NVLINKS = 18
 """Most NVLinks any GPU has had; more peer links than this imply an NVSwitch."""

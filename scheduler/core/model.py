@@ -14,7 +14,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from scheduler.quantity import QuantityError, parse_quantity, to_units
+from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",

@@ -22,9 +22,9 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.topology.device_plugin import device_plugin_set
-from scheduler.topology.schema import Placement, Topology
-from scheduler.topology.scoring import (
+from scheduler.core.topology.device_plugin import device_plugin_set
+from scheduler.core.topology.schema import Placement, Topology
+from scheduler.core.topology.scoring import (
     DEFAULT_TABLE,
     PairMatrix,
     PairScoreTable,

@@ -26,8 +26,8 @@ from itertools import combinations
 
 import numpy as np
 
-from scheduler.topology.schema import Topology
-from scheduler.topology.scoring import DEVICE_PLUGIN_TABLE, PairScoreTable, pair_matrix
+from scheduler.core.topology.schema import Topology
+from scheduler.core.topology.scoring import DEVICE_PLUGIN_TABLE, PairScoreTable, pair_matrix
 
 MAX_EXACT_FREE = 16
 """Most free GPUs walked exactly; beyond, a greedy pick (upstream itself would not finish)."""

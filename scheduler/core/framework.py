@@ -14,8 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from scheduler.model import PodInfo
-from scheduler.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
 __all__ = [
     "MAX_NODE_SCORE",
