@@ -5,10 +5,9 @@ Each module holds one plugin: its NAME, its args parsing, and a factory `new(arg
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from plugins import (
     balanced_allocation,
+    default_binder,
     gpu_topology,
     image_locality,
     node_affinity,
@@ -16,6 +15,8 @@ from plugins import (
     node_ports,
     node_resources_fit,
     node_unschedulable,
+    priority_sort,
+    scheduling_gates,
     taint_toleration,
 )
 from scheduler.core.config import SchedulerConfiguration, build_frameworks
@@ -24,6 +25,8 @@ from scheduler.core.framework import Framework, PluginFactory
 __all__ = ["REGISTRY", "frameworks_for", "gpu_resource"]
 
 REGISTRY: dict[str, PluginFactory] = {
+    scheduling_gates.NAME: scheduling_gates.new,
+    priority_sort.NAME: priority_sort.new,
     node_unschedulable.NAME: node_unschedulable.new,
     taint_toleration.NAME: taint_toleration.new,
     node_affinity.NAME: node_affinity.new,
@@ -33,6 +36,7 @@ REGISTRY: dict[str, PluginFactory] = {
     balanced_allocation.NAME: balanced_allocation.new,
     image_locality.NAME: image_locality.new,
     gpu_topology.NAME: gpu_topology.new,
+    default_binder.NAME: default_binder.new,
 }
 
 
@@ -41,11 +45,13 @@ def frameworks_for(config: SchedulerConfiguration) -> dict[str, Framework]:
     return build_frameworks(config, REGISTRY)
 
 
-def gpu_resource(frameworks: Mapping[str, Framework]) -> str:
-    """The GPU resource the profiles' GPUTopology plugin allocates (for the cache's GPU
-    accounting); `nvidia.com/gpu` when no profile has one."""
-    for framework in frameworks.values():
-        for allocator in framework.allocators:
-            if isinstance(allocator, gpu_topology.GPUTopology):
-                return allocator.args.resource_name
+def gpu_resource(config: SchedulerConfiguration) -> str:
+    """The GPU resource of the configuration's GPUTopology args (`resourceName`), which the
+    cache's GPU state accounts; `nvidia.com/gpu` by default. Profiles must agree: the cache
+    is shared."""
+    for profile in config.profiles:
+        path = profile.args_path.get(gpu_topology.NAME, "")
+        args = gpu_topology.parse_args(profile.plugin_args.get(gpu_topology.NAME), path)
+        if args.resource_name != gpu_topology.DEFAULT_RESOURCE:
+            return args.resource_name
     return gpu_topology.DEFAULT_RESOURCE

@@ -16,7 +16,7 @@ import numpy as np
 from plugins._args import ResourceSpec, resource_specs
 from plugins._resources import pod_request, reference_inputs, vector_rows
 from scheduler.core.config import ConfigError, strict_mapping
-from scheduler.core.framework import MAX_NODE_SCORE
+from scheduler.core.framework import MAX_NODE_SCORE, CycleState
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -50,7 +50,9 @@ class BalancedAllocation:
     def _skip(self, pod: PodInfo) -> bool:
         return all(pod_request(pod, r.name, use_requested=True) == 0 for r in self.resources)
 
-    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
+    def score(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
+    ) -> IntArray | None:
         if self._skip(pod):
             return None
         rows = vector_rows(pod, snapshot, self.resources, use_requested=True)
@@ -95,7 +97,7 @@ class BalancedAllocation:
             std = np.where(count > 2, many, std)
         return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
 
-    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+    def normalize(self, state: CycleState, scores: IntArray, feasible: BoolArray) -> IntArray:
         return scores
 
     def score_nodes(

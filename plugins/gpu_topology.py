@@ -16,13 +16,15 @@ good sets the node the pod fills most tightly wins.
 The vector path groups the candidate nodes by (topology id, free-GPU mask) with numpy and asks
 the selector once per group; the reference path walks nodes one by one with a brute-force
 search, and tests hold the two equal. The Allocator hands the chosen node's best set to the
-binder (the lowest free indices on a node without a topology).
+cycle, which assumes it with the pod (the lowest free indices on a node without a topology).
+
+Per cycle (CycleState): PreFilter reads the GPU count and parses the placement annotation
+once; Filter's per-node verdicts are reused by Score. A pod asking for no GPUs skips Filter.
 """
 
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,12 +32,19 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.config import ConfigError, strict_mapping
-from scheduler.core.framework import Allocation, PreFilterResult, ReasonMasks
+from scheduler.core.framework import (
+    SKIP,
+    Allocation,
+    CycleState,
+    PreFilterResult,
+    ReasonMasks,
+)
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
+    GPU_RESOURCE,
     Placement,
     Topology,
     TopologyError,
@@ -48,7 +57,7 @@ from scheduler.core.topology.select import GpuSelector
 NAME = "GPUTopology"
 _KEY_BITS = 32
 _KEY_MASK = (1 << _KEY_BITS) - 1
-DEFAULT_RESOURCE = "nvidia.com/gpu"
+DEFAULT_RESOURCE = GPU_RESOURCE
 QUALITY_POINTS = 80
 PACKING_POINTS = 20
 
@@ -127,18 +136,25 @@ def reference_best(
     return chosen
 
 
+@dataclass(slots=True)
+class _CycleData:
+    """What one cycle knows of the pod: GPUs asked, placement (or why it is not understood),
+    and Filter's verdicts for Score to reuse."""
+
+    count: int
+    placement: Placement
+    problem: str | None
+    verdicts: tuple[BoolArray, _Verdicts] | None = None  # (slots evaluated, verdicts)
+
+
 class GPUTopology:
-    """Filter, score and allocator for GPU pods."""
+    """PreFilter, filter, score and allocator for GPU pods."""
 
     name = NAME
 
     def __init__(self, args: GPUTopologyArgs) -> None:
         self.args = args
         self.selector = GpuSelector(args.pair_scores)
-        # The last evaluation, reused by score after filter in the same cycle: the snapshot
-        # (weakly), its GPU version, count, placement, the slots evaluated and the verdicts.
-        self._last: tuple[weakref.ref[Snapshot], int, int, Placement, BoolArray, _Verdicts] | None
-        self._last = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -151,42 +167,45 @@ class GPUTopology:
         except TopologyError as exc:
             return Placement.BEST_EFFORT, str(exc)
 
-    def _evaluate(
-        self, snapshot: Snapshot, mask: BoolArray, count: int, placement: Placement
-    ) -> _Verdicts:
-        """Best set per slot in `mask` (slots with a topology); score reuses filter's work."""
-        last = self._last
-        if (
-            last is not None
-            and last[0]() is snapshot
-            and last[1:4] == (snapshot.gpu_version, count, placement)
-            and not np.any(mask & ~last[4])
-        ):
-            done = last[5]
-            keep = mask[done.slots]
-            return _Verdicts(
-                done.slots[keep], done.fits[keep], done.set_score[keep], done.free_count[keep]
-            )
-        verdicts = self._search(snapshot, mask, count, placement)
-        self._last = (weakref.ref(snapshot), snapshot.gpu_version, count, placement,
-                      mask.copy(), verdicts)  # fmt: skip
+    def _cycle(self, state: CycleState, pod: PodInfo) -> _CycleData:
+        """The pod's GPU request, parsed once per cycle (at PreFilter, or on first use)."""
+        data: _CycleData | None = state.get(NAME)
+        if data is None:
+            placement, problem = self._placement(pod)
+            data = _CycleData(self._count(pod), placement, problem)
+            state.write(NAME, data)
+        return data
+
+    def _evaluate(self, data: _CycleData, snapshot: Snapshot, mask: BoolArray) -> _Verdicts:
+        """Best set per slot in `mask` (slots with a topology); Score reuses Filter's work
+        (the snapshot does not change within a cycle)."""
+        if data.verdicts is not None:
+            evaluated, done = data.verdicts
+            if not np.any(mask & ~evaluated):
+                keep = mask[done.slots]
+                return _Verdicts(
+                    done.slots[keep], done.fits[keep], done.set_score[keep], done.free_count[keep]
+                )
+        verdicts = self._search(snapshot, mask, data.count, data.placement)
+        data.verdicts = (mask.copy(), verdicts)
         return verdicts
 
     def _search(
         self, snapshot: Snapshot, mask: BoolArray, count: int, placement: Placement
     ) -> _Verdicts:
         """Best set per slot in `mask` (slots with a topology), one search per group."""
-        slots = np.flatnonzero(mask & (snapshot.gpu_topology_id >= 0)).astype(np.int64)
+        gpus = snapshot.gpus
+        slots = np.flatnonzero(mask & (gpus.topology_id >= 0)).astype(np.int64)
         fits = np.zeros(len(slots), np.bool_)
         scores = np.zeros(len(slots), np.int64)
         if len(slots) == 0:
             return _Verdicts(slots, fits, scores, np.zeros(0, np.int64))
-        allocatable = np.array([t.allocatable_mask for t in snapshot.topologies], np.int64)
-        tids = snapshot.gpu_topology_id[slots]
-        free = allocatable[tids] & ~snapshot.gpu_used[slots]
+        allocatable = np.array([t.allocatable_mask for t in gpus.topologies], np.int64)
+        tids = gpus.topology_id[slots]
+        free = allocatable[tids] & ~gpus.used[slots]
         # Nodes sharing a topology and a free mask share the answer: one search per group.
         # Free masks of nodes up to 32 GPUs fit beside the topology id in one int64 key.
-        if max(t.size for t in snapshot.topologies) <= _KEY_BITS:
+        if max(t.size for t in gpus.topologies) <= _KEY_BITS:
             keys, inverse = np.unique((tids << _KEY_BITS) | free, return_inverse=True)
             groups = [(int(k) >> _KEY_BITS, int(k) & _KEY_MASK) for k in keys]
         else:
@@ -195,7 +214,7 @@ class GPUTopology:
         group_fits = np.zeros(len(groups), np.bool_)
         group_scores = np.zeros(len(groups), np.int64)
         for g, (tid, free_mask) in enumerate(groups):
-            chosen = self.selector.best_set(snapshot.topologies[tid], free_mask, count, placement)
+            chosen = self.selector.best_set(gpus.topologies[tid], free_mask, count, placement)
             if chosen is not None:
                 group_fits[g] = True
                 group_scores[g] = chosen.score
@@ -206,23 +225,28 @@ class GPUTopology:
 
     # ------------------------------------------------------------------ pre-filter
 
-    def pre_filter(self, pod: PodInfo) -> PreFilterResult | None:
-        """Reject a GPU pod whose placement annotation is not understood."""
-        if self._count(pod) <= 0:
-            return None
-        _, problem = self._placement(pod)
-        return PreFilterResult(unschedulable=problem) if problem else None
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot
+    ) -> PreFilterResult | None:
+        """Parse the pod's GPU request once; reject a placement annotation not understood;
+        a pod asking for no GPUs skips Filter."""
+        data = self._cycle(state, pod)
+        if data.count <= 0:
+            return SKIP
+        return PreFilterResult(unschedulable=data.problem) if data.problem else None
 
     # ------------------------------------------------------------------ filter
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
-        count = self._count(pod)
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
+        data = self._cycle(state, pod)
+        count, placement = data.count, data.placement
         if count <= 0:
             return []
-        placement, problem = self._placement(pod)
-        if problem is not None:
-            return [(problem, candidates.copy())]
-        verdicts = self._evaluate(snapshot, candidates, count, placement)
+        if data.problem is not None:
+            return [(data.problem, candidates.copy())]
+        verdicts = self._evaluate(data, snapshot, candidates)
         not_enough = np.zeros(snapshot.capacity, np.bool_)
         policy = np.zeros(snapshot.capacity, np.bool_)
         short = verdicts.free_count < count
@@ -231,7 +255,7 @@ class GPUTopology:
         masks: ReasonMasks = [(REASON_NOT_ENOUGH, not_enough)]
         if placement is not Placement.BEST_EFFORT:
             masks.append((reason_for(placement, count), policy))
-            masks.append((REASON_NO_TOPOLOGY, candidates & (snapshot.gpu_topology_id < 0)))
+            masks.append((REASON_NO_TOPOLOGY, candidates & (snapshot.gpus.topology_id < 0)))
         return masks
 
     def _node_topology(self, node: NodeState) -> Topology | None:
@@ -278,18 +302,20 @@ class GPUTopology:
             out.append(quality + PACKING_POINTS * count // max(free, count))
         return out
 
-    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
-        count = self._count(pod)
+    def score(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
+    ) -> IntArray | None:
+        data = self._cycle(state, pod)
+        count = data.count
         if count <= 0:
             return None
-        placement, _ = self._placement(pod)
         out = np.zeros(snapshot.capacity, np.int64)
         set_scores = np.zeros(snapshot.capacity, np.int64)
         free = np.zeros(snapshot.capacity, np.int64)
-        verdicts = self._evaluate(snapshot, feasible, count, placement)
+        verdicts = self._evaluate(data, snapshot, feasible)
         set_scores[verdicts.slots] = verdicts.set_score
         free[verdicts.slots] = verdicts.free_count
-        plain = feasible & (snapshot.gpu_topology_id < 0)
+        plain = feasible & (snapshot.gpus.topology_id < 0)
         row = snapshot.row.get(self.args.resource_name)
         if row is not None:
             left = snapshot.allocatable[row] - snapshot.requested[row]
@@ -305,9 +331,6 @@ class GPUTopology:
         packing = PACKING_POINTS * count // np.maximum(free, count)
         out[feasible] = (quality + packing)[feasible]
         return out
-
-    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
-        return scores
 
     def score_nodes(
         self, pod: PodInfo, feasible: Sequence[NodeState], all_nodes: Sequence[NodeState]
@@ -334,30 +357,29 @@ class GPUTopology:
             counts.append(bin(free).count("1"))
         return self._combine(set_scores, counts, count)
 
-    def normalize_reference(self, scores: list[int]) -> list[int]:
-        return scores
-
     # ------------------------------------------------------------------ allocate
 
-    def allocate(self, pod: PodInfo, snapshot: Snapshot, slot: int) -> Allocation | None:
+    def allocate(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, slot: int
+    ) -> Allocation | None:
         """The best set on the chosen node.
 
         On a node without a topology every pair looks alike, so the set is the lowest free
         indices (what the device plugin picks when it sees no links), without a score.
         """
-        count = self._count(pod)
+        data = self._cycle(state, pod)
+        count = data.count
         if count <= 0:
             return None
-        topology = snapshot.gpu_topology[slot]
+        topology = snapshot.gpus.topology[slot]
         if topology is None:
             row = snapshot.row.get(self.args.resource_name)
             total = int(snapshot.allocatable[row, slot]) if row is not None else 0
-            used = int(snapshot.gpu_used[slot])
+            used = int(snapshot.gpus.used[slot])
             unused = [i for i in range(total) if not used >> i & 1]
             return Allocation(tuple(unused[:count])) if len(unused) >= count else None
-        placement, _ = self._placement(pod)
-        free = topology.allocatable_mask & ~int(snapshot.gpu_used[slot])
-        chosen = self.selector.best_set(topology, free, count, placement)
+        free = snapshot.gpus.free_mask(slot)
+        chosen = self.selector.best_set(topology, free, count, data.placement)
         if chosen is None:
             return None
         links = tuple(

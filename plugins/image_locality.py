@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import MAX_NODE_SCORE
+from scheduler.core.framework import MAX_NODE_SCORE, CycleState
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -34,7 +34,9 @@ def _priority(sums: IntArray, containers: int) -> IntArray:
 class ImageLocality:
     name = NAME
 
-    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
+    def score(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
+    ) -> IntArray:
         scores = np.zeros(snapshot.capacity, np.int64)
         held = [h for h in map(snapshot.image_holders, pod.images) if h is not None]
         if not held:
@@ -44,7 +46,7 @@ class ImageLocality:
             np.add.at(scores, slots, (sizes * (len(slots) / total)).astype(np.int64))
         return _priority(scores, pod.container_count)
 
-    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+    def normalize(self, state: CycleState, scores: IntArray, feasible: BoolArray) -> IntArray:
         return scores
 
     def score_nodes(

@@ -17,6 +17,7 @@ import numpy as np
 
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import (
+    CycleState,
     PreFilterResult,
     ReasonMasks,
     default_normalize,
@@ -136,7 +137,9 @@ def preferred_score(terms: Sequence[PreferredTerm], node: NodeInfo) -> int:
 class NodeAffinity:
     name = NAME
 
-    def pre_filter(self, pod: PodInfo) -> PreFilterResult | None:
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot
+    ) -> PreFilterResult | None:
         """Pods pinned to node names by matchFields only look at those nodes."""
         affinity = pod.required_affinity
         if affinity is None:
@@ -167,7 +170,9 @@ class NodeAffinity:
 
         return snapshot.derived((NAME, pod.node_selector, pod.required_affinity), compute)
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
         if not pod.node_selector and pod.required_affinity is None:
             return []
         return [(REASON, self._mask(pod, snapshot))]
@@ -175,7 +180,9 @@ class NodeAffinity:
     def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
         return [] if required_matches(pod, node.info) else [REASON]
 
-    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray | None:
+    def score(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
+    ) -> IntArray | None:
         if not pod.preferred_affinity:
             return None
 
@@ -189,7 +196,7 @@ class NodeAffinity:
 
         return snapshot.derived((NAME, "preferred", pod.preferred_affinity), compute)
 
-    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+    def normalize(self, state: CycleState, scores: IntArray, feasible: BoolArray) -> IntArray:
         return default_normalize(scores, feasible)
 
     def score_nodes(

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import ReasonMasks
+from scheduler.core.framework import CycleState, ReasonMasks
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, NodeState, Snapshot
 
@@ -22,7 +22,9 @@ REASON = "node(s) had memory pressure"
 class NodeMemoryPressure:
     name = NAME
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
         return [(REASON, snapshot.memory_pressure)] if pod.best_effort else []
 
     def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:

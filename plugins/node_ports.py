@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import ReasonMasks
+from scheduler.core.framework import CycleState, ReasonMasks
 from scheduler.core.model import HostPort, PodInfo
 from scheduler.core.snapshot import BoolArray, NodeState, Snapshot
 
@@ -34,7 +34,9 @@ def _conflicts(wanted: HostPort, used_ips: Iterable[str]) -> bool:
 class NodePorts:
     name = NAME
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
         if not pod.host_ports:
             return []
         mask = np.zeros(snapshot.capacity, np.bool_)

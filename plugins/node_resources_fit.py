@@ -26,7 +26,7 @@ from plugins._resources import (
     vector_rows,
 )
 from scheduler.core.config import ConfigError, strict_mapping
-from scheduler.core.framework import MAX_NODE_SCORE, ReasonMasks
+from scheduler.core.framework import MAX_NODE_SCORE, CycleState, ReasonMasks
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -164,7 +164,9 @@ class NodeResourcesFit:
 
     # ------------------------------------------------------------------ filter
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
         pods_row = snapshot.row["pods"]
         masks: ReasonMasks = [
             ("Too many pods", snapshot.pod_count + 1 > snapshot.allocatable[pods_row])
@@ -191,7 +193,9 @@ class NodeResourcesFit:
 
     # ------------------------------------------------------------------ score
 
-    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
+    def score(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
+    ) -> IntArray:
         rows = vector_rows(pod, snapshot, self.args.resources, use_requested=False)
         node_score = np.zeros(snapshot.capacity, np.int64)
         if not rows:
@@ -235,7 +239,7 @@ class NodeResourcesFit:
             return node_score // weight_sum
         return np.where(weight_sum == 0, 0, node_score // np.maximum(weight_sum, 1))
 
-    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+    def normalize(self, state: CycleState, scores: IntArray, feasible: BoolArray) -> IntArray:
         return scores
 
     def _score_one(self, pod: PodInfo, node: NodeState) -> int:

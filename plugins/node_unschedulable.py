@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import ReasonMasks
+from scheduler.core.framework import CycleState, ReasonMasks
 from scheduler.core.model import PodInfo, Taint, tolerates
 from scheduler.core.snapshot import BoolArray, NodeState, Snapshot
 
@@ -22,7 +22,9 @@ _UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule
 class NodeUnschedulable:
     name = NAME
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
         if tolerates(pod.tolerations, _UNSCHEDULABLE_TAINT):
             return []
         return [(REASON, snapshot.unschedulable)]

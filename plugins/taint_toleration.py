@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import ReasonMasks, default_normalize, default_normalize_reference
+from scheduler.core.framework import (
+    CycleState,
+    ReasonMasks,
+    default_normalize,
+    default_normalize_reference,
+)
 from scheduler.core.model import PodInfo, Taint, Toleration, tolerates
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -40,7 +45,9 @@ def intolerable_prefer_no_schedule(
 class TaintToleration:
     name = NAME
 
-    def filter(self, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray) -> ReasonMasks:
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
         if not snapshot.tainted:
             return []
 
@@ -61,7 +68,9 @@ class TaintToleration:
         reason = untolerated_reason(node.info.taints, pod.tolerations)
         return [reason] if reason else []
 
-    def score(self, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray) -> IntArray:
+    def score(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
+    ) -> IntArray:
         def compute() -> IntArray:
             counts = np.zeros(snapshot.capacity, np.int64)
             for slot in snapshot.tainted:
@@ -72,7 +81,7 @@ class TaintToleration:
 
         return snapshot.derived((NAME, "prefer", pod.tolerations), compute)
 
-    def normalize(self, scores: IntArray, feasible: BoolArray) -> IntArray:
+    def normalize(self, state: CycleState, scores: IntArray, feasible: BoolArray) -> IntArray:
         return default_normalize(scores, feasible, reverse=True)
 
     def score_nodes(

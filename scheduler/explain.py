@@ -16,12 +16,20 @@ from typing import Any
 
 import yaml
 
-from scheduler.core.cache import Cache, GPUAccounting
+from scheduler.core.cache import Cache
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
-from scheduler.core.framework import Framework, ScheduleResult
+from scheduler.core.cycle import CycleHooks, Scheduler, drive
+from scheduler.core.framework import (
+    BindOutcome,
+    BindResult,
+    CycleState,
+    Framework,
+    ScheduleResult,
+)
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.queue import SchedulingQueue
 
-__all__ = ["ExplainError", "explain", "load_snapshot", "report", "run_explain"]
+__all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
 
 
 class ExplainError(ValueError):
@@ -102,62 +110,91 @@ def _load_config(path: str | None) -> SchedulerConfiguration:
         raise ExplainError(f"{path}: {exc}") from None
 
 
-def explain(
-    cache: Cache, pod: PodInfo, framework: Framework
-) -> tuple[ScheduleResult, dict[str, Any]]:
-    """Schedule the pod on the snapshot and build the JSON report (the stable contract)."""
+class DryRunBinder:
+    """explain's Binder: the binding is taken as done, nothing is written anywhere."""
+
+    async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
+        return BindResult(BindOutcome.BOUND)
+
+
+class _NodeReport(CycleHooks):
+    """Builds the per-node part of the report from the decision, before the pod is assumed
+    (each feasible node's GPU set is what the pod would get there)."""
+
+    def __init__(self, cache: Cache, framework: Framework) -> None:
+        self.cache = cache
+        self.framework = framework
+        self.result: ScheduleResult | None = None
+        self.nodes: dict[str, Any] = {}
+
+    def decided(self, pod: PodInfo, result: ScheduleResult, state: CycleState) -> None:
+        self.result = result
+        snapshot = self.cache.snapshot
+        for slot in sorted(snapshot.live_slots(), key=lambda s: snapshot.names[s] or ""):
+            name = snapshot.names[slot]
+            assert name is not None
+            if result.feasible[slot]:
+                entry: dict[str, Any] = {
+                    "feasible": True,
+                    "reasons": [],
+                    "scores": {p: int(s[slot]) for p, s in result.scores.items()},
+                    "total": int(result.totals[slot]),
+                }
+                allocation = self.framework.allocate(state, pod, snapshot, slot)
+                if allocation is not None:
+                    entry["gpus"] = list(allocation.gpus)
+                    if allocation.score is not None:
+                        entry["gpuSetScore"] = allocation.score
+                    entry["gpuLinks"] = _link_summary(allocation.links)
+            else:
+                entry = {
+                    "feasible": False,
+                    "reasons": result.node_reasons(slot),
+                    "scores": {},
+                    "total": None,
+                }
+            problem = self.cache.gpus.problem[slot]
+            if problem:
+                entry["gpuTopologyProblem"] = problem
+            self.nodes[name] = entry
+
+
+def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
+    """Run the scheduling cycle for the pod on the snapshot, binding nothing (dry run), and
+    build the JSON report (the stable contract)."""
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
-    snapshot = cache.snapshot
-    result = framework.schedule(pod, snapshot)
-    nodes: dict[str, Any] = {}
-    for slot in sorted(snapshot.live_slots(), key=lambda s: snapshot.names[s] or ""):
-        name = snapshot.names[slot]
-        assert name is not None
-        if result.feasible[slot]:
-            entry: dict[str, Any] = {
-                "feasible": True,
-                "reasons": [],
-                "scores": {p: int(s[slot]) for p, s in result.scores.items()},
-                "total": int(result.totals[slot]),
-            }
-            allocation = framework.allocate(pod, snapshot, slot)
-            if allocation is not None:
-                entry["gpus"] = list(allocation.gpus)
-                if allocation.score is not None:
-                    entry["gpuSetScore"] = allocation.score
-                entry["gpuLinks"] = _link_summary(allocation.links)
-        else:
-            entry = {
-                "feasible": False,
-                "reasons": result.node_reasons(slot),
-                "scores": {},
-                "total": None,
-            }
-        problem = snapshot.gpu_problem[slot]
-        if problem:
-            entry["gpuTopologyProblem"] = problem
-        nodes[name] = entry
     notes = [
         f"pod {key} on {node} holds GPUs {','.join(map(str, gpus))} as the device plugin "
         "would have assigned them (no record of its GPUs)"
         for key, node, gpus in cache.guessed_gpus()
     ]
+    report = _NodeReport(cache, framework)
+    queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
+    cycle = Scheduler(cache, queue, {pod.scheduler_name: framework}, DryRunBinder(), report)
+    queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
+    queued = queue.pop()
+    assert queued is not None
+    decision = cycle.schedule_one(queued)
+    if decision.assumed is not None:
+        drive(cycle.bind(decision.assumed))
+    cache.remove_pod(pod.key)  # a dry run: the cache is left as it was
+    result = report.result
     notes += [
         f"node {name}: GPU topology ignored (count-only): {entry['gpuTopologyProblem']}"
-        for name, entry in nodes.items()
+        for name, entry in report.nodes.items()
         if "gpuTopologyProblem" in entry
     ]
     document: dict[str, Any] = {
         "pod": pod.key,
-        "node": result.node,
-        "message": result.message,
+        "node": result.node if result is not None else None,
+        "message": result.message if result is not None else decision.message,
     }
-    if result.allocation is not None:
+    if result is not None and result.allocation is not None:
         document["gpus"] = list(result.allocation.gpus)
-    document["nodes"] = nodes
+    document["nodes"] = report.nodes
     if notes:
         document["notes"] = notes
-    return result, document
+    return document
 
 
 def _link_summary(links: Iterable[str]) -> str:
@@ -236,12 +273,11 @@ def run_explain(args: argparse.Namespace) -> int:
                 f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
             )
         framework = frameworks[profile.scheduler_name]
-        resource = gpu_resource(frameworks)
-        cache = load_snapshot(args.snapshot, Cache(GPUAccounting(resource=resource)))
+        cache = load_snapshot(args.snapshot, Cache(gpu_resource(config)))
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _, document = explain(cache, pod, framework)
+    document = explain(cache, pod, framework)
     if args.output == "json":
         print(json.dumps(document, indent=2))
     else:

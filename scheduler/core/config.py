@@ -16,13 +16,11 @@ from typing import Any
 import yaml
 
 from scheduler.core.framework import (
+    POINTS,
     Allocator,
-    FilterPlugin,
     Framework,
     Plugin,
-    PreFilterPlugin,
     Registry,
-    ScorePlugin,
 )
 
 __all__ = [
@@ -47,6 +45,8 @@ DEFAULT_SCHEDULER_NAME = "topo-scheduler"
 # The default plugins, enabled at every extension point they implement (kube v1's
 # MultiPoint defaults for the plugins we share, in kube's order, then ours), with weights.
 DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
+    ("SchedulingGates", 0),
+    ("PrioritySort", 0),
     ("NodeUnschedulable", 0),
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
@@ -56,15 +56,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("GPUTopology", 10),
+    ("DefaultBinder", 0),
 )
-# Extension points kube defines that our plugins serve implicitly (PreFilter runs with its
-# Filter, PreScore with its Score); naming them is accepted and treated like the main point.
-_IMPLICIT_POINTS = {"preFilter": "filter", "preScore": "score"}
-_KNOWN_POINTS = {"multiPoint", "filter", "score", *_IMPLICIT_POINTS}
-_KUBE_ONLY_POINTS = {
-    "queueSort", "reserve", "permit", "preBind", "bind", "postBind", "postFilter",
-    "preEnqueue",
-}  # fmt: skip
+_KNOWN_POINTS = {"multiPoint", *POINTS}
 
 
 class ConfigError(ValueError):
@@ -239,16 +233,9 @@ def _profile(raw: Any, index: int) -> Profile:
     plugins = _expect_mapping(data.get("plugins"), f"{path}.plugins")
     for point, value in plugins.items():
         point_path = f"{path}.plugins.{point}"
-        if point in _KUBE_ONLY_POINTS:
-            raise ConfigError(f"{point_path}: extension point not supported by topo-scheduler")
         if point not in _KNOWN_POINTS:
             raise ConfigError(f'{point_path}: unknown field "{point}"')
-        target = _IMPLICIT_POINTS.get(point, point)
-        parsed = _plugin_set(value, point_path)
-        if target in points:  # preFilter next to filter: enabling either enables both
-            prev = points[target]
-            parsed = PluginSet(prev.enabled + parsed.enabled, prev.disabled + parsed.disabled)
-        points[target] = parsed
+        points[point] = _plugin_set(value, point_path)
     args: dict[str, Mapping[str, Any] | None] = {}
     args_path: dict[str, str] = {}
     for i, item in enumerate(_expect_list(data.get("pluginConfig"), f"{path}.pluginConfig")):
@@ -336,11 +323,23 @@ def _positive_int(value: Any, path: str) -> int:
 
 def build_frameworks(config: SchedulerConfiguration, registry: Registry) -> dict[str, Framework]:
     """One framework per profile; plugin args are validated here, errors naming the field."""
-    return {p.scheduler_name: _build(p, registry) for p in config.profiles}
+    frameworks = {p.scheduler_name: _build(p, registry) for p in config.profiles}
+    sorts = {fw.queue_sort.name for fw in frameworks.values() if fw.queue_sort is not None}
+    if len(sorts) > 1:  # one queue serves every profile
+        raise ConfigError(
+            f"profiles[*].plugins.queueSort: queueSort must be the same for all profiles, "
+            f"got {', '.join(sorted(sorts))}"
+        )
+    return frameworks
 
 
 def _build(profile: Profile, registry: Registry) -> Framework:
-    """Instantiate a profile's plugins once each and wire them to their extension points."""
+    """Instantiate a profile's plugins once each and wire them to their extension points.
+
+    As kube's NewFramework: a MultiPoint plugin is enabled at every point it implements; a
+    plugin named at a point it does not implement is an error; Score weights of zero mean
+    one; exactly one QueueSort and at least one Bind plugin.
+    """
     prefix = f"profiles[{profile.index}]"
     for name, path in profile.args_path.items():
         if name not in registry:
@@ -356,22 +355,49 @@ def _build(profile: Profile, registry: Registry) -> Framework:
             instances[name] = factory(profile.plugin_args.get(name), path)
         return instances[name]
 
-    def implements(kind: type) -> Callable[[str], bool]:
-        return lambda name: isinstance(get(name, "multiPoint"), kind)
+    enabled: dict[str, list[tuple[Any, int]]] = {}
+    for point, protocol in POINTS.items():
 
-    filters: list[FilterPlugin] = []
-    for ref in profile.expand("filter", implements(FilterPlugin)):
-        plugin = get(ref.name, "filter")
-        if not isinstance(plugin, FilterPlugin):
-            raise ConfigError(f"{prefix}.plugins.filter: {ref.name} is not a filter plugin")
-        filters.append(plugin)
-    scores: list[tuple[ScorePlugin, int]] = []
-    for ref in profile.expand("score", implements(ScorePlugin)):
-        plugin = get(ref.name, "score")
-        if not isinstance(plugin, ScorePlugin):
-            raise ConfigError(f"{prefix}.plugins.score: {ref.name} is not a score plugin")
+        def implements(name: str, protocol: type = protocol) -> bool:
+            return isinstance(get(name, "multiPoint"), protocol)
+
+        wired = []
+        for ref in profile.expand(point, implements):
+            plugin = get(ref.name, point)
+            if not isinstance(plugin, protocol):
+                raise ConfigError(
+                    f'{prefix}.plugins.{point}: plugin "{ref.name}" does not extend '
+                    f"{protocol.__name__} plugin"
+                )
+            wired.append((plugin, ref.weight))
+        enabled[point] = wired
+    if len(enabled["queueSort"]) != 1:
+        raise ConfigError(
+            f"{prefix}.plugins.queueSort: only one queue sort plugin can be enabled, "
+            f"got {len(enabled['queueSort'])}"
+        )
+    if not enabled["bind"]:
+        raise ConfigError(f"{prefix}.plugins.bind: at least one bind plugin is needed")
+
+    def plugins(point: str) -> list[Any]:
+        return [plugin for plugin, _ in enabled[point]]
+
+    filters = plugins("filter")
+    return Framework(
+        profile.scheduler_name,
+        pre_enqueue=plugins("preEnqueue"),
+        queue_sort=plugins("queueSort")[0],
+        pre_filters=plugins("preFilter"),
+        filters=filters,
+        post_filters=plugins("postFilter"),
+        pre_scores=plugins("preScore"),
         # A weight of zero means the default weight of one, as in kube-scheduler.
-        scores.append((plugin, ref.weight or 1))
-    pre_filters = [p for p in filters if isinstance(p, PreFilterPlugin)]
-    allocators = [p for p in filters if isinstance(p, Allocator)]
-    return Framework(profile.scheduler_name, filters, scores, pre_filters, allocators)
+        scores=[(plugin, weight or 1) for plugin, weight in enabled["score"]],
+        # the plugin that judged a node's devices picks them on the chosen node
+        allocators=[p for p in filters if isinstance(p, Allocator)],
+        reserve=plugins("reserve"),
+        permit=plugins("permit"),
+        pre_bind=plugins("preBind"),
+        bind=plugins("bind"),
+        post_bind=plugins("postBind"),
+    )

@@ -4,7 +4,8 @@ Pure: no I/O, time comes from an injected clock. The queue tracks every pod it w
 the caller deletes it (pod deleted, bound by anyone); a popped pod stays tracked as in flight
 until its cycle ends, so no pod is ever silently dropped.
 
-- active: a heap ordered by priority (descending), then creation time, then arrival.
+- active: a heap in the QueueSort plugin's order (PrioritySort: priority descending, then
+  creation time), then arrival.
 - backoff: pods that failed, waiting `initial * 2**(attempts-1)` capped at `max` seconds.
 - unschedulable: pods no node fits; moved back by a relevant cluster event or after
   `max_unschedulable` seconds (kube's podMaxInUnschedulablePodsDuration, 5 min).
@@ -57,7 +58,8 @@ class QueuedPod(Generic[T]):
 
 
 def eligible(obj: Mapping[str, Any], scheduler_names: set[str] | frozenset[str]) -> bool:
-    """A Pod this scheduler must place: its schedulerName, unbound, alive and not gated."""
+    """A Pod this scheduler must place: its schedulerName, unbound and alive (scheduling
+    gates are the SchedulingGates PreEnqueue plugin's to judge)."""
     spec = obj.get("spec") or {}
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
@@ -65,9 +67,12 @@ def eligible(obj: Mapping[str, Any], scheduler_names: set[str] | frozenset[str])
         spec.get("schedulerName", "default-scheduler") in scheduler_names
         and not spec.get("nodeName")
         and not meta.get("deletionTimestamp")
-        and not spec.get("schedulingGates")
         and status.get("phase") not in ("Succeeded", "Failed")
     )
+
+
+def _priority_sort(priority: int, created: float) -> tuple[float, ...]:
+    return (-priority, created)
 
 
 class SchedulingQueue(Generic[T]):
@@ -79,14 +84,17 @@ class SchedulingQueue(Generic[T]):
         initial_backoff: float = 1.0,
         max_backoff: float = 10.0,
         max_unschedulable: float = 300.0,
+        sort_key: Callable[[int, float], tuple[float, ...]] | None = None,
     ) -> None:
         self._clock = clock
+        # the QueueSort plugin's order (PrioritySort: priority descending, then creation)
+        self.sort_key = sort_key or _priority_sort
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.max_unschedulable = max_unschedulable
         self._pods: dict[str, QueuedPod[T]] = {}
         self._where: dict[str, Where] = {}
-        self._active: list[tuple[int, float, int, str]] = []
+        self._active: list[tuple[tuple[float, ...], int, str]] = []
         self._active_seq: dict[str, int] = {}
         self._backoff: list[tuple[float, int, str]] = []
         self._backoff_seq: dict[str, int] = {}
@@ -124,7 +132,8 @@ class SchedulingQueue(Generic[T]):
     def backoff_duration(self, attempts: int) -> float:
         if attempts <= 0:
             return 0.0
-        return float(min(self.initial_backoff * 2.0 ** (attempts - 1), self.max_backoff))
+        # the exponent is capped: 2**62 s is far past any max backoff, and never overflows
+        return float(min(self.initial_backoff * 2.0 ** min(attempts - 1, 62), self.max_backoff))
 
     # -- adding and removing --------------------------------------------------------------
 
@@ -169,7 +178,7 @@ class SchedulingQueue(Generic[T]):
         """The highest-priority active pod (after flushing due backoff), now in flight."""
         self.flush()
         while self._active:
-            _, _, seq, key = heapq.heappop(self._active)
+            _, seq, key = heapq.heappop(self._active)
             if self._active_seq.get(key) != seq:
                 continue  # stale heap entry
             del self._active_seq[key]
@@ -249,7 +258,7 @@ class SchedulingQueue(Generic[T]):
         self._active_seq[qp.key] = seq
         self._where[qp.key] = Where.ACTIVE
         qp.since = self._clock()
-        heapq.heappush(self._active, (-qp.priority, qp.created, seq, qp.key))
+        heapq.heappush(self._active, (self.sort_key(qp.priority, qp.created), seq, qp.key))
 
     def _to_backoff(self, qp: QueuedPod[T]) -> None:
         self._unschedulable.pop(qp.key, None)

@@ -20,14 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.model import HostPort, NodeInfo, PodInfo
-from scheduler.core.topology.schema import (
-    ANNOTATION_ASSIGNMENTS,
-    ANNOTATION_TOPOLOGY,
-    Topology,
-    TopologyError,
-    parse_assignments,
-    parse_topology,
-)
+from scheduler.core.topology.state import GpuState
 
 __all__ = ["BASE_RESOURCES", "BoolArray", "IntArray", "NodeState", "Snapshot"]
 
@@ -57,7 +50,9 @@ class NodeState:
 class Snapshot:
     """Node state in columns. Read by plugins; written only by the cache."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpus: GpuState | None = None) -> None:
+        # GPU columns and lists, owned by `GpuState`, grow with the snapshot's.
+        self.gpus = gpus if gpus is not None else GpuState()
         # Columns are views of the first `capacity` slots of larger buffers, so plugins
         # compute over exactly the slots in use while growth stays amortized.
         self.capacity = 0
@@ -65,21 +60,11 @@ class Snapshot:
         self.row: dict[str, int] = {name: i for i, name in enumerate(self.resources)}
         self._buffers: dict[str, npt.NDArray[np.generic]] = {}
         self._allocate_buffers(_INITIAL_CAPACITY)
-        # Per-slot Python objects: declared node, name, pods, GPU sets and host ports.
-        # GPUs: the parsed topology (None when absent or invalid, the problem kept for
-        # `explain`) and the kubelet's actual assignments (pod UID -> indices).
-        self.gpu_topology: list[Topology | None] = []
-        self.gpu_problem: list[str | None] = []
-        self._topology_problem: list[str | None] = []
-        self._assignments_problem: list[str | None] = []
-        self.gpu_assignments: list[dict[str, tuple[int, ...]]] = []
-        self.topologies: list[Topology] = []
-        self._topology_ids: dict[str, int] = {}
+        # Per-slot Python objects: declared node, name, pods and host ports.
         self.nodes: list[NodeInfo | None] = []
         self.names: list[str | None] = []
         self.index: dict[str, int] = {}
         self.pods: list[dict[str, PodInfo]] = []
-        self.gpu_sets: list[dict[str, tuple[int, ...]]] = []
         self.ports: list[Counter[HostPort]] = []
         # (protocol, port) -> slot -> Counter of host IPs using it; only slots that use it.
         self.port_index: dict[tuple[str, int], dict[int, Counter[str]]] = {}
@@ -90,9 +75,6 @@ class Snapshot:
         self._free: list[int] = []
         # Bumped when labels/taints/node set change, so plugins can cache per generation.
         self.node_generation = 0
-        # Bumped when GPU state changes (topologies, GPUs held, slots), so a plugin can reuse
-        # what it computed from it within one cycle.
-        self.gpu_version = 0
         self.live_count = 0
         self._name_rank: IntArray | None = None
         self._missing: dict[int, bool] = {}  # row -> some live node lacks the resource
@@ -111,8 +93,6 @@ class Snapshot:
             "live": np.zeros(size, np.bool_),
             "unschedulable": np.zeros(size, np.bool_),
             "memory_pressure": np.zeros(size, np.bool_),
-            "gpu_used": np.zeros(size, np.int64),  # bitmask of GPU indices held by pods
-            "gpu_topology_id": np.full(size, -1, np.int64),
         }
         for key, buffer in old.items():
             target = fresh[key]
@@ -121,6 +101,8 @@ class Snapshot:
             else:
                 target[: buffer.shape[0]] = buffer
         self._buffers = fresh
+        if size != len(old.get("live", ())):
+            self.gpus.grow(size)
         self._refresh_views()
 
     def _refresh_views(self) -> None:
@@ -134,8 +116,7 @@ class Snapshot:
         self.live: BoolArray = b["live"][:n]  # type: ignore[assignment]
         self.unschedulable: BoolArray = b["unschedulable"][:n]  # type: ignore[assignment]
         self.memory_pressure: BoolArray = b["memory_pressure"][:n]  # type: ignore[assignment]
-        self.gpu_used: IntArray = b["gpu_used"][:n]  # type: ignore[assignment]
-        self.gpu_topology_id: IntArray = b["gpu_topology_id"][:n]  # type: ignore[assignment]
+        self.gpus.view(n)
 
     # ------------------------------------------------------------------ reading
 
@@ -206,7 +187,7 @@ class Snapshot:
     def node_state(self, slot: int) -> NodeState:
         info = self.nodes[slot]
         assert info is not None, f"slot {slot} has no node"
-        return NodeState(info, list(self.pods[slot].values()), dict(self.gpu_sets[slot]))
+        return NodeState(info, list(self.pods[slot].values()), dict(self.gpus.sets[slot]))
 
     # ------------------------------------------------------------------ writing (cache only)
 
@@ -216,17 +197,11 @@ class Snapshot:
             self.capacity = slot  # views keep their length while buffers double
             self._allocate_buffers(2 * slot)
         self.capacity = slot + 1
-        self.gpu_version += 1
         self._refresh_views()
-        self.gpu_topology.append(None)
-        self.gpu_problem.append(None)
-        self._topology_problem.append(None)
-        self._assignments_problem.append(None)
-        self.gpu_assignments.append({})
+        self.gpus.add_slot()
         self.nodes.append(None)
         self.names.append(None)
         self.pods.append({})
-        self.gpu_sets.append({})
         self.ports.append(Counter())
         return slot
 
@@ -274,45 +249,8 @@ class Snapshot:
             self.live[slot] = True
             self.live_count += 1
         self.nodes[slot] = info
-        if old is None or old.annotations != info.annotations:
-            self._set_gpu_topology(slot, old, info)
+        self.gpus.set_node(slot, old, info)
         return slot
-
-    def _set_gpu_topology(self, slot: int, old: NodeInfo | None, info: NodeInfo) -> None:
-        """Parse the node's GPU annotations when they changed; an invalid topology leaves
-        the node count-only, the problem kept for `explain`."""
-        self.gpu_version += 1
-        text = info.annotations.get(ANNOTATION_TOPOLOGY)
-        if old is None or old.annotations.get(ANNOTATION_TOPOLOGY) != text:
-            topology: Topology | None = None
-            self._topology_problem[slot] = None
-            if text is not None:
-                try:
-                    topology = parse_topology(text, node=info.name)
-                except TopologyError as exc:
-                    self._topology_problem[slot] = str(exc)
-            self.gpu_topology[slot] = topology
-            self.gpu_topology_id[slot] = -1 if topology is None else self._topology_id(topology)
-        text = info.annotations.get(ANNOTATION_ASSIGNMENTS)
-        if old is None or old.annotations.get(ANNOTATION_ASSIGNMENTS) != text:
-            self._assignments_problem[slot] = None
-            assignments: dict[str, tuple[int, ...]] = {}
-            if text is not None:
-                try:
-                    assignments = parse_assignments(text, node=info.name)
-                except TopologyError as exc:
-                    self._assignments_problem[slot] = str(exc)
-            self.gpu_assignments[slot] = assignments
-        problems = [p for p in (self._topology_problem[slot], self._assignments_problem[slot]) if p]
-        self.gpu_problem[slot] = "; ".join(problems) or None
-
-    def _topology_id(self, topology: Topology) -> int:
-        topology_id = self._topology_ids.get(topology.key)
-        if topology_id is None:
-            topology_id = len(self.topologies)
-            self.topologies.append(topology)
-            self._topology_ids[topology.key] = topology_id
-        return topology_id
 
     def _drop_images(self, slot: int, info: NodeInfo) -> None:
         for image in info.images:
@@ -332,15 +270,9 @@ class Snapshot:
         if info is not None:
             self._drop_images(slot, info)
         self._missing.clear()
-        self.gpu_version += 1
+        self.gpus.clear_node(slot)
         self.nodes[slot] = None
         self.allocatable[:, slot] = 0
-        self.gpu_topology[slot] = None
-        self.gpu_problem[slot] = None
-        self._topology_problem[slot] = None
-        self._assignments_problem[slot] = None
-        self.gpu_assignments[slot] = {}
-        self.gpu_topology_id[slot] = -1
         self.unschedulable[slot] = False
         self.memory_pressure[slot] = False
         self.tainted.discard(slot)
@@ -361,7 +293,7 @@ class Snapshot:
             self.non_zero_cpu[slot] = 0
             self.non_zero_memory[slot] = 0
             self.pod_count[slot] = 0
-            self.gpu_used[slot] = 0
+            self.gpus.release(slot)
             self._free.append(slot)
 
     def add_pod(self, slot: int, pod: PodInfo) -> None:
@@ -370,7 +302,8 @@ class Snapshot:
         self.pods[slot][pod.key] = pod
 
     def remove_pod(self, slot: int, pod: PodInfo) -> None:
-        self.set_gpus(slot, pod.key, None)
+        if pod.key in self.gpus.sets[slot]:
+            self.gpus.set_pod(slot, pod.key, None)
         self._account(slot, pod, -1)
         del self.pods[slot][pod.key]
         self._release_if_empty(slot)
@@ -399,17 +332,3 @@ class Snapshot:
                 del by_slot[slot]
             if not by_slot:
                 del self.port_index[key]
-
-    def set_gpus(self, slot: int, pod_key: str, gpus: tuple[int, ...] | None) -> None:
-        """Record (or clear, with None) the GPU indices a pod holds on a slot."""
-        self.gpu_version += 1
-        sets = self.gpu_sets[slot]
-        if gpus is None:
-            sets.pop(pod_key, None)
-        else:
-            sets[pod_key] = gpus
-        mask = 0
-        for held in sets.values():
-            for index in held:
-                mask |= 1 << index
-        self.gpu_used[slot] = mask

@@ -1,11 +1,13 @@
 """The in-cluster scheduler: informers -> cache and queue -> one cycle at a time -> bind.
 
 Everything runs on one asyncio loop. Watch events update the cache (all pods of every
-scheduler, all nodes) and the queue (our pending pods). The scheduling loop pops one pod,
-runs its profile's `Framework.schedule` on the live snapshot, assumes the result in the
-cache (the next cycle sees its resources, ports and GPUs at once) and binds asynchronously
-with one POST of pods/binding whose annotations carry the chosen GPU set (the API server
-copies them onto the pod in the write that sets spec.nodeName).
+scheduler, all nodes) and the queue (our pending pods). The scheduling loop pops one pod and
+runs the core's scheduling cycle (`scheduler.core.cycle`) on the live snapshot: the pod is
+assumed in the cache (the next cycle sees its resources, ports and GPUs at once) and its
+binding cycle runs as a task, ending in `KubeBinder`: one POST of pods/binding whose
+annotations carry the chosen GPU set (the API server copies them onto the pod in the write
+that sets spec.nodeName). This module observes the cycle (`CycleHooks`) for events, the
+PodScheduled condition, metrics and logs.
 
 Invariants: a pod is bound at most once (one binding in flight per pod, and the API server
 answers a second binding with 409, after which we drop ours); a pod is never silently
@@ -27,11 +29,17 @@ import numpy as np
 import structlog
 
 from plugins import gpu_resource
-from scheduler.core.cache import Cache, GPUAccounting
+from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration
-from scheduler.core.framework import NO_NODES_MESSAGE, Framework, ScheduleResult
+from scheduler.core.cycle import Assumed, CycleHooks, Scheduler, queue_order
+from scheduler.core.framework import (
+    BindOutcome,
+    BindResult,
+    Framework,
+    ScheduleResult,
+)
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
-from scheduler.core.queue import ClusterEvent, SchedulingQueue, eligible
+from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
@@ -94,7 +102,7 @@ def _pod_spec_changed(old: Obj, new: Obj) -> bool:
     )
 
 
-class KubeScheduler:
+class KubeScheduler(CycleHooks):
     """One scheduler process: caches always warm, scheduling only while `active`."""
 
     def __init__(
@@ -114,12 +122,16 @@ class KubeScheduler:
         self.config = config
         self.frameworks = frameworks
         self.names = frozenset(frameworks)
-        # The core's GPU accounting (kubelet report, our choice, annotation, device-plugin
-        # guess) for GPUTopology's resource; a changed resourceName applies on restart.
-        self.cache = Cache(GPUAccounting(resource=gpu_resource(frameworks)))
+        # The core's GPU state accounts GPUTopology's resource; a changed resourceName
+        # applies on restart.
+        self.cache = Cache(gpu_resource(config))
         self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
-            self.options.clock, max_unschedulable=self.options.max_unschedulable
+            self.options.clock,
+            max_unschedulable=self.options.max_unschedulable,
+            sort_key=queue_order(frameworks),
         )
+        self.binder = KubeBinder(self)
+        self.cycle = Scheduler(self.cache, self.queue, frameworks, self.binder, self)
         self._apply_backoff(config)
         self.pods = Reflector(
             client,
@@ -151,7 +163,6 @@ class KubeScheduler:
         self.active = False  # scheduling allowed (leader, not shutting down)
         self.aborting = False  # leadership lost: do not start new binding requests
         self._wakeup = asyncio.Event()
-        self._bind_slots = asyncio.Semaphore(self.options.max_bindings_in_flight)
         self._tasks: list[asyncio.Task[None]] = []
         self.scheduled = 0
         self._gauges_at = 0.0
@@ -192,7 +203,7 @@ class KubeScheduler:
                     async with asyncio.timeout(wait if wait is not None else 1.0):
                         await self._wakeup.wait()
                 continue
-            self.schedule_one(qp.pod, qp.attempts)
+            self.schedule_one(qp)
             now = time.monotonic()
             if now - self._gauges_at > 1.0:  # keep gauges fresh during long bursts
                 self._gauges_at = now
@@ -243,6 +254,7 @@ class KubeScheduler:
         self.config = config
         self._apply_backoff(config)
         self.frameworks = frameworks
+        self.cycle.frameworks = dict(frameworks)
         self.names = frozenset(frameworks)
         for obj in list(self.pods.known.values()):
             if not (obj.get("spec") or {}).get("nodeName"):  # bound pods do not change owner
@@ -256,46 +268,81 @@ class KubeScheduler:
 
     # -- one scheduling cycle -------------------------------------------------------------
 
-    def schedule_one(self, pod: PodInfo, attempts: int) -> None:
-        """Decide for one popped pod; assume and start binding, or park it."""
-        key = pod.key
-        fw = self.frameworks.get(pod.scheduler_name)
-        if fw is None:  # the configuration changed: no longer ours
-            self.queue.delete(key)
-            return
-        start = time.perf_counter()
-        try:
-            result = fw.schedule(pod, self.cache.snapshot)
-        except Exception as exc:  # a plugin bug must not stop the loop
-            elapsed = time.perf_counter() - start
-            self.metrics.schedule_attempts.labels("error", fw.profile).inc()
-            self.metrics.attempt_duration.labels("error", fw.profile).observe(elapsed)
-            log.exception("scheduling error", pod=key, error=str(exc))
-            self.queue.retry(key)  # back off, then try again
-            # visible like kube's: a FailedScheduling Event, PodScheduled=False SchedulerError
-            self._report_failure(pod, "SchedulerError", str(exc) or type(exc).__name__)
-            return
-        elapsed = time.perf_counter() - start
-        self.metrics.algorithm_duration.observe(elapsed)
-        if result.node is None:
-            self._unschedulable(pod, fw, result, elapsed)
-            return
-        gpus = result.gpus
-        if gpus:
-            # what the binding is about to write; a stale set from an earlier failed binding
-            # must not be what the cache accounts for this pod meanwhile
-            pod = dataclasses.replace(
-                pod, annotations={**pod.annotations, ANNOTATION_GPUS: format_gpu_indices(gpus)}
+    def schedule_one(self, queued: QueuedPod[PodInfo]) -> None:
+        """Run the scheduling cycle for one popped pod; an assumed pod's binding cycle runs
+        as a task."""
+        decision = self.cycle.schedule_one(queued)
+        if decision.assumed is not None:
+            key = queued.key
+            self.binding[key] = asyncio.create_task(
+                self._binding_cycle(decision.assumed), name=f"bind {key}"
             )
-        self.cache.assume(pod, result.node, gpus)
-        self.metrics.schedule_attempts.labels("scheduled", fw.profile).inc()
+
+    async def _binding_cycle(self, assumed: Assumed) -> None:
+        try:
+            await self.cycle.bind(assumed)
+        finally:
+            self.binding.pop(assumed.pod.key, None)
+            self._wakeup.set()
+
+    # -- what the cycle reports (CycleHooks) ----------------------------------------------
+
+    def failed(
+        self,
+        pod: PodInfo,
+        profile: str,
+        message: str,
+        elapsed: float,
+        error: Exception | None = None,
+    ) -> None:
+        self.metrics.schedule_attempts.labels("error", profile).inc()
+        self.metrics.attempt_duration.labels("error", profile).observe(elapsed)
+        log.error("scheduling error", pod=pod.key, error=message, exc_info=error)
+        # visible like kube's: a FailedScheduling Event, PodScheduled=False SchedulerError
+        self._report_failure(pod, "SchedulerError", message)
+
+    def assumed(self, pod: PodInfo, result: ScheduleResult, attempts: int, elapsed: float) -> None:
+        self.metrics.algorithm_duration.observe(elapsed)
+        self.metrics.schedule_attempts.labels("scheduled", result.profile).inc()
         if result.allocation is not None and result.allocation.score is not None:
             self.metrics.gpu_set_quality.observe(result.allocation.score)
         if log.is_enabled_for(logging.INFO):  # the top scores cost a sort: only when logged
-            self._log_decision(pod, result, gpus, attempts, elapsed)
-        self.binding[key] = asyncio.create_task(
-            self._bind(pod, result.node, gpus, fw.profile, start, attempts), name=f"bind {key}"
+            self._log_decision(pod, result, result.gpus, attempts, elapsed)
+
+    def bound(self, assumed: Assumed, bind_seconds: float) -> None:
+        pod, node, gpus = assumed.pod, assumed.node, assumed.gpus
+        key = pod.key
+        self.scheduled += 1
+        total = time.perf_counter() - assumed.started
+        self.metrics.attempt_duration.labels("scheduled", assumed.framework.profile).observe(total)
+        # kept for us even when the watch showed the binding before the POST returned
+        queued = self.queued_at.pop(key, None)
+        if queued is not None:
+            label = str(min(max(assumed.attempts, 1), 15))
+            self.metrics.e2e_duration.labels(label).observe(self.options.clock() - queued)
+        self.conditions.pop(key, None)
+        note = f"Successfully assigned {key} to {node}"
+        if gpus:
+            note += f" with GPUs {format_gpu_indices(gpus)}"
+        ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+        self.recorder.record(ref, "Normal", "Scheduled", "Binding", note)
+        log.info(
+            "pod bound",
+            pod=key,
+            node=node,
+            gpus=format_gpu_indices(gpus) if gpus else None,
+            binding_ms=round(bind_seconds * 1000, 3),
         )
+
+    def unbound(self, assumed: Assumed, result: BindResult, requeued: bool) -> None:
+        pod = assumed.pod
+        if result.outcome is BindOutcome.ERROR and pod.scheduler_name in self.names:
+            # kube: a FailedScheduling Event and PodScheduled=False, reason SchedulerError
+            self._report_failure(pod, "SchedulerError", f"Binding rejected: {result.message}")
+        if not requeued and result.outcome not in (BindOutcome.CONFLICT, BindOutcome.GONE):
+            self._requeue(pod)
+        if pod.key not in self.queue:
+            self.queued_at.pop(pod.key, None)
 
     def _log_decision(
         self,
@@ -317,13 +364,10 @@ class KubeScheduler:
             duration_ms=round(elapsed * 1000, 3),
         )
 
-    def _unschedulable(
-        self, pod: PodInfo, fw: Framework, result: ScheduleResult, elapsed: float
-    ) -> None:
-        message = result.message or NO_NODES_MESSAGE
-        self.metrics.schedule_attempts.labels("unschedulable", fw.profile).inc()
-        self.metrics.attempt_duration.labels("unschedulable", fw.profile).observe(elapsed)
-        self.queue.unschedulable(pod.key)
+    def unschedulable(self, pod: PodInfo, profile: str, message: str, elapsed: float) -> None:
+        self.metrics.algorithm_duration.observe(elapsed)
+        self.metrics.schedule_attempts.labels("unschedulable", profile).inc()
+        self.metrics.attempt_duration.labels("unschedulable", profile).observe(elapsed)
         log.info(
             "pod unschedulable",
             pod=pod.key,
@@ -393,122 +437,9 @@ class KubeScheduler:
                 log.warning("pod condition not updated", pod=pod.key, error=str(exc))
             self.conditions.pop(pod.key, None)
 
-    # -- binding --------------------------------------------------------------------------
-
     def _node_live(self, name: str) -> bool:
         slot = self.cache.snapshot.index.get(name)
         return slot is not None and bool(self.cache.snapshot.live[slot])
-
-    def _still_assumed(self, pod: PodInfo) -> bool:
-        cached = self.cache.get(pod.key)
-        return cached is not None and cached.uid == pod.uid and self.cache.is_assumed(pod.key)
-
-    async def _bind_request(
-        self, pod: PodInfo, node: str, gpus: tuple[int, ...]
-    ) -> tuple[str, str]:
-        """POST pods/binding; returns the outcome (bound/conflict/gone/error/aborted), error.
-
-        The GPU set travels as an annotation of the Binding: the API server merges a
-        Binding's `metadata.annotations` into the pod's in the same write that sets
-        `spec.nodeName` (registry/core/pod/storage), so one request annotates and binds, and
-        a binding that fails leaves no annotation behind.
-        """
-        if self.aborting or not self._still_assumed(pod):
-            return "aborted", ""
-        if not self._node_live(node):
-            log.info("node gone before binding", pod=pod.key, node=node)
-            return "aborted", ""
-        metadata: Obj = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
-        if gpus:
-            metadata["annotations"] = {ANNOTATION_GPUS: format_gpu_indices(gpus)}
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        try:
-            # the answer is a Status, not a Pod: only the status code matters
-            await self.client.post(
-                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", binding
-            )
-        except ApiError as exc:
-            if exc.status == 404:
-                return "gone", ""
-            if exc.status == 409:
-                log.info("binding conflict", pod=pod.key, node=node, message=exc.message)
-                return "conflict", ""
-            log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
-            return "error", str(exc)
-        return "bound", ""
-
-    async def _bind(
-        self,
-        pod: PodInfo,
-        node: str,
-        gpus: tuple[int, ...],
-        profile: str,
-        started: float,
-        attempts: int = 1,
-    ) -> None:
-        key = pod.key
-        try:
-            async with self._bind_slots:
-                t0 = time.perf_counter()
-                outcome, error = await self._bind_request(pod, node, gpus)
-                bind_time = time.perf_counter() - t0
-        except Exception as exc:  # never lose the pod on an unexpected failure
-            log.exception("binding crashed", pod=key, error=str(exc))
-            outcome, error, bind_time = "error", str(exc) or type(exc).__name__, 0.0
-        finally:
-            self.binding.pop(key, None)
-        self.metrics.bind_results.labels(outcome).inc()
-        self.metrics.binding_duration.labels(outcome).observe(bind_time)
-        mine = self.queue.get(key)
-        same_pod = mine is not None and mine.pod.uid == pod.uid
-        if outcome == "bound":
-            self.cache.confirm(key)
-            if same_pod:
-                self.queue.delete(key)
-            self.scheduled += 1
-            total = time.perf_counter() - started
-            self.metrics.attempt_duration.labels("scheduled", profile).observe(total)
-            # kept for us even when the watch showed the binding before the POST returned
-            queued = self.queued_at.pop(key, None)
-            if queued is not None:
-                label = str(min(max(attempts, 1), 15))
-                self.metrics.e2e_duration.labels(label).observe(self.options.clock() - queued)
-            self.conditions.pop(key, None)
-            note = f"Successfully assigned {key} to {node}"
-            if gpus:
-                note += f" with GPUs {format_gpu_indices(gpus)}"
-            ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
-            self.recorder.record(ref, "Normal", "Scheduled", "Binding", note)
-            log.info(
-                "pod bound",
-                pod=key,
-                node=node,
-                gpus=format_gpu_indices(gpus) if gpus else None,
-                binding_ms=round(bind_time * 1000, 3),
-            )
-            return
-        if self._still_assumed(pod):
-            self.cache.forget(key)
-            self.queue.move_all(ClusterEvent.POD_DELETE)  # its resources are free again
-        if outcome in ("conflict", "gone"):
-            if same_pod:
-                self.queue.delete(key)
-        else:
-            if outcome == "error" and pod.scheduler_name in self.names:
-                # kube: a FailedScheduling Event and PodScheduled=False, reason SchedulerError
-                self._report_failure(pod, "SchedulerError", f"Binding rejected: {error}")
-            if same_pod:
-                self.queue.retry(key)
-            else:
-                self._requeue(pod)
-        if key not in self.queue:
-            self.queued_at.pop(key, None)
-        self._wakeup.set()
 
     def _requeue(self, pod: PodInfo) -> None:
         """Put a pod whose binding failed back in the queue if it is (again) ours and pending.
@@ -525,8 +456,8 @@ class KubeScheduler:
         current = self.infos.get(pod.key)
         if current is None or current.uid != pod.uid:
             current = pod
-        self.queue.add(pod.key, current.priority, current.creation_timestamp, current)
-        self.queued_at.setdefault(pod.key, self.options.clock())
+        if self.cycle.enqueue(current) is None:
+            self.queued_at.setdefault(pod.key, self.options.clock())
         log.info("pod re-queued after a failed binding", pod=pod.key)
 
     # -- informer handlers ----------------------------------------------------------------
@@ -597,8 +528,7 @@ class KubeScheduler:
                 self.queue.update(key, pod.priority, pod, changed)
             elif cached is not None and cached.uid == pod.uid:
                 return  # placed by us; the watch has not shown the binding yet
-            else:
-                self.queue.add(key, pod.priority, pod.creation_timestamp, pod)
+            elif self.cycle.enqueue(pod) is None:  # else held back by a PreEnqueue plugin
                 self.queued_at.setdefault(key, self.options.clock())
             self._wakeup.set()
             return
@@ -633,9 +563,10 @@ class KubeScheduler:
             return
         snapshot = self.cache.snapshot
         slot = snapshot.slot(node.name)
-        problem_before = snapshot.gpu_problem[slot] if slot is not None else None
+        gpus = self.cache.gpus
+        problem_before = gpus.problem[slot] if slot is not None else None
         self.cache.add_node(node)
-        problem = snapshot.gpu_problem[snapshot.index[node.name]]
+        problem = gpus.problem[snapshot.index[node.name]]
         if problem and problem != problem_before:  # once per new problem, not per heartbeat
             log.warning("GPU annotation invalid, node is count-only", node=node.name, error=problem)
         if old is None:
@@ -663,6 +594,62 @@ class KubeScheduler:
         self.metrics.cache_size.labels("assumed_pods").set(len(self.binding))
         self.metrics.foreign_pending.set(len(self.foreign))
         self.metrics.events_dropped.set(self.recorder.dropped)
+
+
+class KubeBinder:
+    """The Binder of the in-cluster scheduler: one POST of pods/binding per pod, at most
+    `max_bindings_in_flight` at a time.
+
+    The GPU set travels as an annotation of the Binding: the API server merges a Binding's
+    `metadata.annotations` into the pod's in the same write that sets `spec.nodeName`
+    (registry/core/pod/storage), so one request annotates and binds, and a binding that fails
+    leaves no annotation behind.
+    """
+
+    def __init__(self, owner: KubeScheduler) -> None:
+        self.owner = owner
+        self._slots = asyncio.Semaphore(owner.options.max_bindings_in_flight)
+
+    async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
+        owner = self.owner
+        async with self._slots:
+            t0 = time.perf_counter()
+            result = await self._post(pod, node, gpus)
+            elapsed = time.perf_counter() - t0
+        owner.metrics.bind_results.labels(result.outcome.value).inc()
+        owner.metrics.binding_duration.labels(result.outcome.value).observe(elapsed)
+        return result
+
+    async def _post(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
+        owner = self.owner
+        if owner.aborting or not owner.cycle.still_assumed(pod):
+            return BindResult(BindOutcome.ABORTED)
+        if not owner._node_live(node):
+            log.info("node gone before binding", pod=pod.key, node=node)
+            return BindResult(BindOutcome.ABORTED)
+        metadata: Obj = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        if gpus:
+            metadata["annotations"] = {ANNOTATION_GPUS: format_gpu_indices(gpus)}
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            # the answer is a Status, not a Pod: only the status code matters
+            await owner.client.post(
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", binding
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return BindResult(BindOutcome.GONE)
+            if exc.status == 409:
+                log.info("binding conflict", pod=pod.key, node=node, message=exc.message)
+                return BindResult(BindOutcome.CONFLICT)
+            log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
+            return BindResult(BindOutcome.ERROR, str(exc))
+        return BindResult(BindOutcome.BOUND)
 
 
 def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:

@@ -1,11 +1,11 @@
 """The simulated cluster: a clock, the scheduler's own cache, queue and framework, a binder.
 
 Nothing in the decision path knows it is simulated. Each pending pod is popped from
-`scheduler.core.queue.SchedulingQueue` (clock injected: simulated seconds), decided by
-`Framework.schedule` on the `scheduler.core.cache.Cache` snapshot, assumed in the cache, and
-bound by an in-memory binder that does what the real one does against the API server: write the chosen
-GPU set on the pod's `topo-scheduler.io/gpus` annotation, set `spec.nodeName`, and deliver the
-bound pod to the cache as the watch would.
+`scheduler.core.queue.SchedulingQueue` (clock injected: simulated seconds) and goes through the
+one scheduling cycle (`scheduler.core.cycle.Scheduler`) on the `scheduler.core.cache.Cache`
+snapshot, bound by an in-memory binder that does what the API server does with a Binding:
+write the chosen GPU set on the pod's `topo-scheduler.io/gpus` annotation, set
+`spec.nodeName`, and deliver the bound pod to the cache as the watch would.
 
 Around the scheduler sits a model of the nodes: the kubelet admits the bound pod and its device
 plugin hands out GPUs (under `topology` the set in the annotation, as a device plugin that
@@ -19,15 +19,21 @@ active queue.
 from __future__ import annotations
 
 import heapq
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.cache import Cache, GPUAccounting
+from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config, load_config
-from scheduler.core.framework import Framework, ScheduleResult
+from scheduler.core.cycle import CycleHooks, Scheduler, drive, queue_order
+from scheduler.core.framework import (
+    BindOutcome,
+    BindResult,
+    CycleState,
+    Framework,
+    ScheduleResult,
+)
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
 from scheduler.core.topology.device_plugin import device_plugin_set
@@ -71,7 +77,7 @@ def count_only_config(scheduler_name: str = "topo-scheduler") -> SchedulerConfig
     """kube-scheduler's default plugins with GPUs counted as integers (GPUTopology off)."""
     off = {"disabled": [{"name": GPU_PLUGIN}]}
     return load_config(
-        {"profiles": [{"schedulerName": scheduler_name, "plugins": {"filter": off, "score": off}}]},
+        {"profiles": [{"schedulerName": scheduler_name, "plugins": {"multiPoint": off}}]},
         origin="count-only",
     )
 
@@ -169,11 +175,15 @@ class Simulation:
         self.on_decision = on_decision
         self.progress = progress
         self.now = 0.0
-        self.cache = Cache(GPUAccounting(resource=gpu_resource(self.frameworks)))
+        self.cache = Cache(gpu_resource(self.config))
         self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
             lambda: self.now,
             initial_backoff=self.config.pod_initial_backoff_seconds,
             max_backoff=self.config.pod_max_backoff_seconds,
+            sort_key=queue_order(self.frameworks),
+        )
+        self.cycle = Scheduler(
+            self.cache, self.queue, self.frameworks, _ClusterBinder(self), _Observer(self)
         )
         self.quality = QualityModel()
         self.records: dict[str, JobRecord] = {
@@ -201,7 +211,7 @@ class Simulation:
             if info.name not in self.kubelets:
                 self.cache.add_node(info)
                 slot = self.cache.snapshot.index[info.name]
-                topology = self.cache.snapshot.gpu_topology[slot]
+                topology = self.cache.gpus.topology[slot]
             kubelet = _Kubelet(info.name, obj, dict(info.allocatable), topology)
             self.kubelets[info.name] = kubelet
             self.total_gpus += kubelet.gpu_count
@@ -259,7 +269,14 @@ class Simulation:
             qp = self.queue.pop()
             if qp is None:
                 return
-            self._schedule_one(qp.pod, qp.attempts)
+            record = self.records[qp.key]
+            record.attempts = qp.attempts
+            decision = self.cycle.schedule_one(qp)
+            self.schedule_seconds += decision.elapsed
+            if decision.outcome == "skipped":
+                record.reason = decision.message
+            if decision.assumed is not None:
+                drive(self.cycle.bind(decision.assumed))
 
     # ------------------------------------------------------------------ events
 
@@ -270,7 +287,7 @@ class Simulation:
         pod = PodInfo.from_object(obj)
         record.state = "pending"
         self._pending_sizes[record.job.gpus] += 1
-        self.queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
+        self.cycle.enqueue(pod)
 
     def _complete(self, key: str) -> None:
         record = self.records[key]
@@ -290,47 +307,19 @@ class Simulation:
         self.cache.remove_pod(key)
         self.queue.move_all(ClusterEvent.POD_DELETE)
 
-    # ------------------------------------------------------------------ one cycle
-
-    def _schedule_one(self, pod: PodInfo, attempts: int) -> None:
-        key = pod.key
-        record = self.records[key]
-        record.attempts = attempts
-        fw = self.frameworks.get(pod.scheduler_name)
-        if fw is None:
-            self.queue.delete(key)
-            record.reason = f"no profile for schedulerName {pod.scheduler_name!r}"
-            return
-        start = time.perf_counter()
-        result = fw.schedule(pod, self.cache.snapshot)
-        self.schedule_seconds += time.perf_counter() - start
-        self.decisions += 1
-        if self.on_decision is not None:
-            self.on_decision(self, pod, result)
-        if result.node is None:
-            record.reason = result.message or "0/0 nodes are available"
-            self.queue.unschedulable(key)
-            return
-        start = time.perf_counter()
-        self.cache.assume(pod, result.node, result.gpus)
-        self.schedule_seconds += time.perf_counter() - start
-        self._bind(pod, result.node, result.gpus)
-
-    # ------------------------------------------------------------------ the binder
+    # ------------------------------------------------------------------ the cluster
 
     def _bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> None:
-        """What the API server, kubelet and agent do after the scheduler decides."""
+        """What the API server, kubelet and agent do with a Binding."""
         key = pod.key
         obj = self.pod_objects[key]
-        if gpus:  # the real binder: the Binding's annotation, copied onto the pod on binding
+        if gpus:  # the Binding's annotation, copied onto the pod by the API server
             obj["metadata"].setdefault("annotations", {})[ANNOTATION_GPUS] = format_gpu_indices(
                 gpus
             )
         obj["spec"]["nodeName"] = node
         obj["status"] = {"phase": "Running"}
         bound = PodInfo.from_object(obj)
-        self.cache.confirm(key)
-        self.queue.delete(key)
         kubelet = self.kubelets[node]
         free_before = None
         if kubelet.topology is not None:
@@ -448,12 +437,38 @@ class Simulation:
             if kubelet.topology is not None:
                 if seen & ~kubelet.topology.allocatable_mask:
                     raise InvariantError(f"t={self.now:.0f}s: node {name}: GPU out of range")
-                if int(snapshot.gpu_used[slot]) != seen:
+                if int(self.cache.gpus.used[slot]) != seen:
                     raise InvariantError(
                         f"t={self.now:.0f}s: node {name}: cache GPUs "
-                        f"{list(mask_to_indices(int(snapshot.gpu_used[slot])))} != kubelet "
+                        f"{list(mask_to_indices(int(self.cache.gpus.used[slot])))} != kubelet "
                         f"{list(mask_to_indices(seen))}"
                     )
         for key, record in self.records.items():
             if record.state == "pending" and key not in self.queue:
                 raise InvariantError(f"t={self.now:.0f}s: pending pod {key} left the queue")
+
+
+class _ClusterBinder:
+    """The simulator's Binder: the in-memory API server, kubelet and agent."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
+        self.sim._bind(pod, node, gpus)
+        return BindResult(BindOutcome.BOUND)
+
+
+class _Observer(CycleHooks):
+    """Counts decisions and keeps each job's last FitError message."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def decided(self, pod: PodInfo, result: ScheduleResult, state: CycleState) -> None:
+        self.sim.decisions += 1
+        if self.sim.on_decision is not None:
+            self.sim.on_decision(self.sim, pod, result)
+
+    def unschedulable(self, pod: PodInfo, profile: str, message: str, elapsed: float) -> None:
+        self.sim.records[pod.key].reason = message

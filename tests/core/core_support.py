@@ -21,7 +21,11 @@ if _ROOT not in sys.path:
 from plugins import frameworks_for  # noqa: E402
 from scheduler.core.cache import Cache  # noqa: E402
 from scheduler.core.config import load_config  # noqa: E402
-from scheduler.core.framework import Framework  # noqa: E402
+from scheduler.core.framework import (
+    CycleState,
+    Framework,
+    ScoreNormalizer,
+)
 from scheduler.core.model import NodeInfo, PodInfo  # noqa: E402
 from tests.builders import cache_of, container, node, pod  # noqa: E402
 
@@ -89,7 +93,7 @@ def filter_reasons(plugin: Any, p: PodInfo, cache: Cache) -> dict[str, list[str]
     snap = cache.snapshot
     slots = _live(cache)
     candidates = snap.live.copy()
-    masks = plugin.filter(p, snap, candidates)
+    masks = plugin.filter(CycleState(), p, snap, candidates)
     vector = {snap.names[s]: [r for r, m in masks if m[s]] for s in slots}
     reference = {snap.names[s]: plugin.filter_node(p, snap.node_state(s)) for s in slots}
     assert vector == reference, (vector, reference)
@@ -101,16 +105,20 @@ def plugin_scores(plugin: Any, p: PodInfo, cache: Cache) -> dict[str, int] | Non
     snap = cache.snapshot
     slots = _live(cache)
     feasible = snap.live.copy()
-    raw = plugin.score(p, snap, feasible)
+    raw = plugin.score(CycleState(), p, snap, feasible)
     states = [snap.node_state(s) for s in slots]
     ref_raw = plugin.score_nodes(p, states, states)
     if raw is None:
         assert ref_raw is None
         return None
     assert ref_raw is not None
-    normalized = plugin.normalize(np.asarray(raw).copy(), feasible)
+    normalized = np.asarray(raw).copy()
+    if isinstance(plugin, ScoreNormalizer):  # optional, as kube's ScoreExtensions
+        normalized = plugin.normalize(CycleState(), normalized, feasible)
     vector = {str(snap.names[s]): int(normalized[s]) for s in slots}
-    ref_norm = plugin.normalize_reference(list(ref_raw))
+    ref_norm = list(ref_raw)
+    if hasattr(plugin, "normalize_reference"):
+        ref_norm = plugin.normalize_reference(ref_norm)
     reference = {st.info.name: int(v) for st, v in zip(states, ref_norm, strict=True)}
     assert vector == reference, (vector, reference)
     return vector

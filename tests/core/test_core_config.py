@@ -12,6 +12,7 @@ from plugins.node_resources_fit import MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RAT
 from scheduler.core.config import ConfigError, default_config, load_config
 from scheduler.core.framework import NO_NODES_MESSAGE, fit_error_message
 from scheduler.core.model import PodInfo
+from scheduler.core.reference import schedule_reference
 
 DEFAULT_SCORES = [
     ("TaintToleration", 3),
@@ -107,8 +108,12 @@ def test_disabled_then_enabled_again_goes_last() -> None:
 def test_multipoint_and_prefilter_points() -> None:
     got = _scores({"multiPoint": {"disabled": [{"name": "ImageLocality"}]}})
     assert ("ImageLocality", 1) not in got
+    # as in kube, PreFilter and Filter are separate points: disabling one leaves the other
     fw = framework({"preFilter": {"disabled": [{"name": "NodeAffinity"}]}})
-    assert "NodeAffinity" not in [p.name for p in fw.filters]
+    assert "NodeAffinity" not in [p.name for p in fw.pre_filters]
+    assert "NodeAffinity" in [p.name for p in fw.filters]
+    fw = framework({"multiPoint": {"disabled": [{"name": "NodeAffinity"}]}})
+    assert "NodeAffinity" not in [p.name for p in fw.pre_filters + fw.filters]
 
 
 def test_plugin_args_reach_plugins() -> None:
@@ -354,9 +359,23 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any] | str, str]] = [
         "profiles[0].plugins.score.enabled[0].name: '*' can only be used in disabled",
     ),
     (
-        "kube-only extension point",
-        {"profiles": [{"plugins": {"bind": {}}}]},
-        "profiles[0].plugins.bind: extension point not supported by topo-scheduler",
+        "plugin at a point it does not implement",
+        {"profiles": [{"plugins": {"reserve": {"enabled": [{"name": "NodePorts"}]}}}]},
+        'profiles[0].plugins.reserve: plugin "NodePorts" does not extend ReservePlugin plugin',
+    ),
+    (
+        "two queue sort plugins",
+        {
+            "profiles": [
+                {"plugins": {"queueSort": {"enabled": [{"name": "PrioritySort"}, {"name": "X"}]}}}
+            ]
+        },
+        "profiles[0].plugins.queueSort: plugin 'X' is not registered",
+    ),
+    (
+        "no bind plugin",
+        {"profiles": [{"plugins": {"bind": {"disabled": [{"name": "*"}]}}}]},
+        "profiles[0].plugins.bind: at least one bind plugin is needed",
     ),
     (
         "unknown extension point",
@@ -465,7 +484,7 @@ def test_schedule_reports_every_reason_of_the_first_failing_filter() -> None:
     slot = cache.snapshot.slot("e")
     assert slot is not None
     assert result.node_reasons(slot) == ["Too many pods", "Insufficient cpu", "Insufficient memory"]
-    ref = fw.schedule_reference(p, cache.snapshot)
+    ref = schedule_reference(fw, p, cache.snapshot)
     assert ref.node is None
     assert ref.reasons == {
         "a": ["Insufficient cpu", "Insufficient memory"],

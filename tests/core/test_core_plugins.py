@@ -14,7 +14,7 @@ import pytest
 from core_support import cache_of, container, filter_reasons, node, plugin_scores, pod
 
 from plugins import image_locality, node_affinity, node_ports, node_unschedulable, taint_toleration
-from scheduler.core.framework import PreFilterResult
+from scheduler.core.framework import CycleState, PreFilterResult
 from scheduler.core.model import NodeInfo, PodInfo, normalized_image_name
 
 MB = 1024 * 1024
@@ -596,7 +596,7 @@ def test_node_affinity_filter(
     plugin = node_affinity.new(None, "args")
     cache = cache_of([node(node_name, labels=labels)])
     assert filter_reasons(plugin, p, cache) == {node_name: [] if fits else [R]}
-    result = plugin.pre_filter(p)
+    result = plugin.pre_filter(CycleState(), p, cache.snapshot)
     if prefilter is None:
         assert result is None
     elif prefilter == "conflict":

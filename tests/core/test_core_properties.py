@@ -20,6 +20,7 @@ from scheduler.core.cache import Cache
 from scheduler.core.framework import Framework, fit_error_message
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.quantity import QuantityError, parse_quantity
+from scheduler.core.reference import schedule_reference
 from scheduler.core.snapshot import Snapshot
 
 SETTINGS = settings(
@@ -399,7 +400,7 @@ def _build(node_objs: list[dict[str, Any]], bound: list[dict[str, Any]]) -> Cach
 
 def assert_paths_agree(fw: Framework, p: PodInfo, snap: Snapshot) -> str | None:
     result = fw.schedule(p, snap)
-    ref = fw.schedule_reference(p, snap)
+    ref = schedule_reference(fw, p, snap)
     live = sorted(snap.live_slots(), key=lambda s: snap.names[s] or "")
     slot_of = {snap.names[s]: s for s in live}
     for slot in live:
@@ -413,7 +414,7 @@ def assert_paths_agree(fw: Framework, p: PodInfo, snap: Snapshot) -> str | None:
     assert {n: int(result.totals[slot_of[n]]) for n in ref.totals} == ref.totals
     assert result.node == ref.node
     if result.node is None and live:
-        prefilter = result._prefilter_message
+        prefilter = result.prefilter_message
         if prefilter is not None:
             expected = f"0/{len(live)} nodes are available: {prefilter}."
         else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from core_support import cache_of, framework, node, pod, pod_info
 
+from scheduler.core.reference import schedule_reference
+
 
 def test_pod_first_to_use_a_resource_is_accounted() -> None:
     # A bound GPU pod reported before any GPU node (or on a cluster with none).
@@ -47,12 +49,12 @@ def test_bad_gpu_annotations_leave_the_accounting_intact() -> None:
     cache = cache_of([gpu_node], [good])
     slot = cache.snapshot.slot("g")
     assert slot is not None
-    assert int(cache.snapshot.gpu_used[slot]) == 0b11
+    assert int(cache.snapshot.gpus.used[slot]) == 0b11
     for bad in ("99", "\u00b2", "1,x", "64"):
         cache.add_pod(pod_info_bound(bad))
         # The unreadable record is no record: the pod is given what the device plugin would
         # give it, and the good pod's GPUs stay held.
-        used = int(cache.snapshot.gpu_used[slot])
+        used = int(cache.snapshot.gpus.used[slot])
         assert used & 0b11 == 0b11
         assert bin(used).count("1") == 3
 
@@ -99,7 +101,7 @@ def test_gpu_verdicts_reused_within_a_cycle_never_outlive_an_assumption() -> Non
     for i in range(2):
         p = pod_info(f"p{i}", {"nvidia.com/gpu": "4"})
         result = fw.schedule(p, cache.snapshot)
-        reference = fw.schedule_reference(p, cache.snapshot)
+        reference = schedule_reference(fw, p, cache.snapshot)
         assert result.node == "g" and len(result.gpus) == 4
         slot = cache.snapshot.slot("g")
         assert slot is not None

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from scheduler.core.config import default_config
 from scheduler.core.model import PodInfo
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
@@ -170,7 +171,7 @@ def test_metrics_registries_are_per_process_object() -> None:
 
 
 def test_fast_parse_path_equals_full_parse() -> None:
-    sched = KubeScheduler(KubeClient.for_url("http://127.0.0.1:9"), None, {})  # type: ignore[arg-type]
+    sched = KubeScheduler(KubeClient.for_url("http://127.0.0.1:9"), default_config(), {})
     pending = make_pod("p", gpus=2)
     pending["metadata"].update(
         uid="u1", resourceVersion="3", creationTimestamp="2026-01-01T00:00:00Z"
@@ -270,4 +271,4 @@ def test_invalid_gpu_topology_is_logged_once_and_the_node_stays_count_only() -> 
     assert "gpu-topology" in warnings[0]["error"]
     slot = sched.cache.snapshot.slot("g")
     assert slot is not None and sched.cache.snapshot.live[slot]
-    assert sched.cache.snapshot.gpu_topology[slot] is None
+    assert sched.cache.snapshot.gpus.topology[slot] is None

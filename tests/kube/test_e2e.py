@@ -356,14 +356,14 @@ def test_node_deleted_while_its_pods_are_assumed(emulator: Emulator) -> None:
         # node check that precedes the POST
         slots = sched.options.max_bindings_in_flight
         for _ in range(slots):
-            await sched._bind_slots.acquire()
+            await sched.binder._slots.acquire()
         for i in range(3):
             emulator.create_pod(f"p{i}", gpus=2)
         await wait_for(lambda: len(sched.binding) == 3, what="assumed")
         emulator.delete(NODES, "doomed")
         await wait_for(lambda: sched.cache.node_count == 0, what="node removed from the cache")
         for _ in range(slots):
-            sched._bind_slots.release()
+            sched.binder._slots.release()
         await wait_for(lambda: not sched.binding, what="bindings aborted")
         assert emulator.binding_posts("default/p0") == 0
         emulator.create_node("fresh", gpus=8)

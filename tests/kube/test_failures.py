@@ -33,7 +33,7 @@ def _scheduler(emulator: Emulator) -> KubeScheduler:
 def _cycle(sched: KubeScheduler) -> None:
     qp = sched.queue.pop()
     assert qp is not None and qp.key == KEY
-    sched.schedule_one(qp.pod, qp.attempts)
+    sched.schedule_one(qp)
 
 
 async def _settle(sched: KubeScheduler) -> None:
@@ -57,7 +57,7 @@ def _failed_notes(emulator: Emulator) -> list[str]:
 class _Exploding:
     profile = "topo-scheduler"
 
-    def schedule(self, pod: PodInfo, snapshot: object) -> None:
+    def schedule(self, pod: PodInfo, snapshot: object, state: object) -> None:
         raise RuntimeError("plugin exploded")
 
 
@@ -67,7 +67,7 @@ def test_scheduler_error_is_an_event_and_a_condition_and_retried(emulator: Emula
         sched.nodes._apply("ADDED", emulator.create_node("n0", gpus=8))
         sched.pods._apply("ADDED", emulator.create_pod("p", gpus=1))
         frameworks = sched.frameworks
-        sched.frameworks = {"topo-scheduler": _Exploding()}  # type: ignore[dict-item]
+        sched.cycle.frameworks = {"topo-scheduler": _Exploding()}  # type: ignore[dict-item]
         _cycle(sched)
         assert sched.queue.where(KEY) is Where.BACKOFF  # retried after its backoff
         await _settle(sched)
@@ -75,7 +75,7 @@ def test_scheduler_error_is_an_event_and_a_condition_and_retried(emulator: Emula
         assert cond["status"] == "False" and cond["reason"] == "SchedulerError"
         assert cond["message"] == "plugin exploded"
         assert _failed_notes(emulator) == ["plugin exploded"]
-        sched.frameworks = frameworks
+        sched.cycle.frameworks = frameworks
         await asyncio.sleep(0.02)
         _cycle(sched)
         await _settle(sched)

@@ -7,7 +7,13 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plugins import frameworks_for
+from scheduler.core.cache import Cache
+from scheduler.core.config import default_config
+from scheduler.core.cycle import Scheduler
+from scheduler.core.model import PodInfo
 from scheduler.core.queue import ClusterEvent, SchedulingQueue, Where, eligible
+from scheduler.explain import DryRunBinder
 
 
 class Clock:
@@ -116,11 +122,28 @@ def test_eligible() -> None:
     assert eligible(base, names)
     assert not eligible({**base, "spec": {"schedulerName": "default-scheduler"}}, names)
     assert not eligible({**base, "spec": {"schedulerName": "topo", "nodeName": "n"}}, names)
-    assert not eligible(
-        {**base, "spec": {"schedulerName": "topo", "schedulingGates": [{"name": "g"}]}}, names
-    )
     assert not eligible({**base, "metadata": {"deletionTimestamp": "x"}}, names)
     assert not eligible({**base, "status": {"phase": "Succeeded"}}, names)
+
+
+def test_gated_pod_stays_out_of_the_queue_until_its_gates_are_removed() -> None:
+    """Scheduling gates are the SchedulingGates PreEnqueue plugin's (kube's message)."""
+    config = default_config()
+    queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
+    cycle = Scheduler(Cache(), queue, frameworks_for(config), DryRunBinder())
+    obj = {
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {
+            "schedulerName": "topo-scheduler",
+            "schedulingGates": [{"name": "a"}, {"name": "b"}],
+            "containers": [{"name": "c"}],
+        },
+    }
+    assert cycle.enqueue(PodInfo.from_object(obj)) == "waiting for scheduling gates: [a b]"
+    assert "default/p" not in queue
+    del obj["spec"]["schedulingGates"]
+    assert cycle.enqueue(PodInfo.from_object(obj)) is None
+    assert queue.where("default/p") is Where.ACTIVE
 
 
 ops = st.lists(

@@ -99,7 +99,11 @@ def test_cli_bad_scenario_exits_2_with_one_line(
     assert "not valid YAML" in capsys.readouterr().err
     assert main(["simulate", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
-    config = _write(tmp_path, {"profiles": [{"plugins": {"bind": {}}}]}, "config.yaml")
+    config = _write(
+        tmp_path,
+        {"profiles": [{"plugins": {"bind": {"enabled": [{"name": "NodePorts"}]}}}]},
+        "config.yaml",
+    )
     assert main(["simulate", path.replace("scenario", "x"), "--config", config]) == 2
     capsys.readouterr()
     good = _write(tmp_path, TINY, "good.yaml")

@@ -11,6 +11,7 @@ from plugins import frameworks_for
 from scheduler.core.config import default_config
 from scheduler.core.framework import ScheduleResult
 from scheduler.core.model import PodInfo
+from scheduler.core.reference import schedule_reference
 from scheduler.core.topology import builtin_topology, device_plugin_set
 from scheduler.explain import explain
 from scheduler.sim.cli import simulate
@@ -97,9 +98,9 @@ def test_count_only_matches_the_default_scheduler() -> None:
     def hook(sim: Simulation, pod: PodInfo, result: ScheduleResult) -> None:
         if sim.decisions % 7 or len(checked) >= 12:
             return
-        _, doc = explain(sim.cache, pod, reference)
+        doc = explain(sim.cache, pod, reference)
         assert doc["node"] == result.node, pod.key
-        ref = reference.schedule_reference(pod, sim.cache.snapshot)
+        ref = schedule_reference(reference, pod, sim.cache.snapshot)
         assert ref.node == result.node, pod.key
         assert result.gpus == ()  # GPUs are left to the device plugin
         checked.append(pod.key)

@@ -18,7 +18,7 @@ from plugins.gpu_topology import (
 )
 from scheduler.core.cache import Cache
 from scheduler.core.config import ConfigError
-from scheduler.core.framework import Framework
+from scheduler.core.framework import CycleState, Framework
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.topology import (
     ANNOTATION_GPUS,
@@ -138,13 +138,13 @@ def test_vector_equals_reference(cache: Cache, raw: dict[str, Any]) -> None:
     pod = PodInfo.from_object(raw)
     snapshot = cache.snapshot
     live = snapshot.live.copy()
-    masks = plugin.filter(pod, snapshot, live)
+    masks = plugin.filter(CycleState(), pod, snapshot, live)
     feasible = live.copy()
     for slot in snapshot.live_slots():
         reasons = [reason for reason, mask in masks if mask[slot]]
         assert reasons == plugin.filter_node(pod, snapshot.node_state(slot)), snapshot.names[slot]
         feasible[slot] = not reasons
-    scores = plugin.score(pod, snapshot, feasible)
+    scores = plugin.score(CycleState(), pod, snapshot, feasible)
     assert scores is not None
     slots = [int(s) for s in np.flatnonzero(feasible)]
     states = [snapshot.node_state(s) for s in slots]
@@ -159,7 +159,7 @@ def test_reasons(cache: Cache) -> None:
 
     def reasons(raw: dict[str, Any], node: str) -> list[str]:
         pod = PodInfo.from_object(raw)
-        masks = plugin.filter(pod, snapshot, snapshot.live.copy())
+        masks = plugin.filter(CycleState(), pod, snapshot, snapshot.live.copy())
         return [reason for reason, mask in masks if mask[_slot(cache, node)]]
 
     assert reasons(pod_obj("a", 2, placement="nvlink"), "pcie-a") == [
@@ -179,8 +179,8 @@ def test_reasons(cache: Cache) -> None:
         assert reasons(pod_obj("a", 2, placement="single-numa"), node) == [REASON_NO_TOPOLOGY]
     # Pods without GPUs are not this plugin's business.
     cpu_pod = PodInfo.from_object(pod_obj("cpu", 0))
-    assert plugin.filter(cpu_pod, snapshot, snapshot.live.copy()) == []
-    assert plugin.score(cpu_pod, snapshot, snapshot.live.copy()) is None
+    assert plugin.filter(CycleState(), cpu_pod, snapshot, snapshot.live.copy()) == []
+    assert plugin.score(CycleState(), cpu_pod, snapshot, snapshot.live.copy()) is None
 
 
 def test_scores_prefer_best_set_then_tight_packing(cache: Cache) -> None:
@@ -190,11 +190,11 @@ def test_scores_prefer_best_set_then_tight_packing(cache: Cache) -> None:
 
     def score(raw: dict[str, Any]) -> dict[str, int]:
         pod = PodInfo.from_object(raw)
-        masks = plugin.filter(pod, snapshot, feasible)
+        masks = plugin.filter(CycleState(), pod, snapshot, feasible)
         ok = feasible.copy()
         for _, mask in masks:
             ok &= ~mask
-        values = plugin.score(pod, snapshot, ok)
+        values = plugin.score(CycleState(), pod, snapshot, ok)
         assert values is not None
         return {snapshot.names[s] or "": int(values[s]) for s in np.flatnonzero(ok)}
 
@@ -213,14 +213,16 @@ def test_scores_prefer_best_set_then_tight_packing(cache: Cache) -> None:
 def test_groups_share_one_search(cache: Cache) -> None:
     plugin = new(None, "args")
     pod = PodInfo.from_object(pod_obj("g", 2))
-    plugin.filter(pod, cache.snapshot, cache.snapshot.live.copy())
+    plugin.filter(CycleState(), pod, cache.snapshot, cache.snapshot.live.copy())
     # 7 topology nodes, h100-b and h100-c share (topology, free mask): 6 searches.
     assert plugin.selector.stats.queries == 6
 
 
 def test_allocation_and_framework(cache: Cache) -> None:
     plugin = new(None, "args")
-    framework = Framework("p", [plugin], [(plugin, 5)], [plugin], [plugin])
+    framework = Framework(
+        "p", filters=[plugin], scores=[(plugin, 5)], pre_filters=[plugin], allocators=[plugin]
+    )
     result = framework.schedule(
         PodInfo.from_object(pod_obj("x", 4, placement="nvlink")), cache.snapshot
     )
@@ -233,7 +235,13 @@ def test_allocation_and_framework(cache: Cache) -> None:
     )
     assert big.node in ("h100-a",)
     fit = node_resources_fit.new(None, "fit")
-    with_fit = Framework("p", [fit, plugin], [(plugin, 5)], [plugin], [plugin])
+    with_fit = Framework(
+        "p",
+        filters=[fit, plugin],
+        scores=[(plugin, 5)],
+        pre_filters=[plugin],
+        allocators=[plugin],
+    )
     pod = PodInfo.from_object(pod_obj("z", 5, placement="single-numa"))
     none = with_fit.schedule(pod, cache.snapshot)
     assert none.node is None
@@ -247,16 +255,21 @@ def test_allocation_and_framework(cache: Cache) -> None:
     assert f"annotation {ANNOTATION_PLACEMENT}: unknown value 'fast'" in bad.message
     # Count-only node: lowest free indices, no score.
     plain = plugin.allocate(
-        PodInfo.from_object(pod_obj("v", 2)), cache.snapshot, _slot(cache, "plain")
+        CycleState(), PodInfo.from_object(pod_obj("v", 2)), cache.snapshot, _slot(cache, "plain")
     )
     assert plain is not None and plain.gpus == (0, 1) and plain.score is None
     cache.assume(PodInfo.from_object(pod_obj("v", 2)), "plain", (0, 1))
     again = plugin.allocate(
-        PodInfo.from_object(pod_obj("u", 5)), cache.snapshot, _slot(cache, "plain")
+        CycleState(), PodInfo.from_object(pod_obj("u", 5)), cache.snapshot, _slot(cache, "plain")
     )
     assert again is not None and again.gpus == (2, 3, 4, 5, 6)
     assert (
-        plugin.allocate(PodInfo.from_object(pod_obj("t", 7)), cache.snapshot, _slot(cache, "plain"))
+        plugin.allocate(
+            CycleState(),
+            PodInfo.from_object(pod_obj("t", 7)),
+            cache.snapshot,
+            _slot(cache, "plain"),
+        )
         is None
     )
 

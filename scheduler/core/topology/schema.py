@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The GPU extended resource unless a profile's GPUTopology `resourceName` says otherwise."""
 ANNOTATION_TOPOLOGY = "topo-scheduler.io/gpu-topology"
 """Node annotation: the GPU topology JSON (version 1)."""
 ANNOTATION_GPUS = "topo-scheduler.io/gpus"

@@ -1,0 +1,332 @@
+"""One scheduling cycle, as kube-scheduler's `schedule_one.go`, for every front end.
+
+`run` (the in-cluster scheduler), `simulate` and `explain` pop pods from the same queue and
+decide them here, on the same cache; they differ only in the `Binder` (pods/binding on the API
+server, the simulator's in-memory cluster, explain's dry run) and in what they observe through
+`CycleHooks` (events and metrics, job records, the per-node report).
+
+The scheduling cycle (`schedule_one`, synchronous, one pod at a time):
+PreFilter, Filter, (PostFilter when no node fits), PreScore, Score, NormalizeScore, pick the
+node, allocate its devices, assume the pod in the cache, Reserve, Permit.
+The binding cycle (`bind`, a coroutine, may overlap later cycles):
+wait for Permit, PreBind, Bind, PostBind. Any failure after Reserve runs Unreserve in reverse
+order, forgets the assumption and puts the pod back in the queue; the pod is never lost and
+never bound twice (one binding cycle per assumed pod).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from scheduler.core.cache import Cache
+from scheduler.core.framework import (
+    ALLOCATION_KEY,
+    NO_NODES_MESSAGE,
+    Binder,
+    BindOutcome,
+    BindResult,
+    CycleState,
+    Framework,
+    ScheduleResult,
+)
+from scheduler.core.model import PodInfo
+from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
+
+__all__ = [
+    "Assumed",
+    "CycleHooks",
+    "Decision",
+    "Scheduler",
+    "drive",
+    "queue_order",
+]
+
+T = TypeVar("T")
+
+
+def drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the in-memory and dry-run binders) to its end,
+    without an event loop; one that would wait is an error."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("the binding cycle waited; run it on an event loop")
+
+
+def queue_order(
+    frameworks: Mapping[str, Framework],
+) -> Callable[[int, float], tuple[float, ...]] | None:
+    """The queue's order: the QueueSort plugin the profiles share (kube allows one)."""
+    for fw in frameworks.values():
+        if fw.queue_sort is not None:
+            return fw.queue_sort.sort_key
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one scheduling cycle did with a pod."""
+
+    pod: PodInfo
+    outcome: str  # "assumed" | "unschedulable" | "error" | "skipped"
+    result: ScheduleResult | None = None
+    message: str | None = None
+    assumed: Assumed | None = None
+    elapsed: float = 0.0  # seconds in the scheduling algorithm
+
+
+@dataclass(slots=True)
+class Assumed:
+    """A pod assumed on a node, waiting for its binding cycle."""
+
+    pod: PodInfo
+    node: str
+    gpus: tuple[int, ...]
+    framework: Framework
+    state: CycleState
+    attempts: int
+    started: float  # perf_counter at the start of its scheduling cycle
+    waits: Mapping[str, float] = field(default_factory=dict)  # Permit plugin -> timeout
+    permit: asyncio.Future[str | None] | None = None  # set while waiting on Permit
+
+
+class CycleHooks:
+    """What a front end observes of the cycle; every method is optional (no-op here)."""
+
+    def decided(self, pod: PodInfo, result: ScheduleResult, state: CycleState) -> None:
+        """After the node choice, before anything is assumed (the state it was decided on)."""
+
+    def unschedulable(self, pod: PodInfo, profile: str, message: str, elapsed: float) -> None:
+        """No node fits, or Reserve/Permit rejected the pod: it waits in the queue."""
+
+    def failed(
+        self,
+        pod: PodInfo,
+        profile: str,
+        message: str,
+        elapsed: float,
+        error: Exception | None = None,
+    ) -> None:
+        """A plugin failed with an error (`error`, when it raised): the pod backs off and
+        retries."""
+
+    def assumed(self, pod: PodInfo, result: ScheduleResult, attempts: int, elapsed: float) -> None:
+        """The pod is assumed on its node; its binding cycle starts."""
+
+    def bound(self, assumed: Assumed, bind_seconds: float) -> None:
+        """The binding succeeded."""
+
+    def unbound(self, assumed: Assumed, result: BindResult, requeued: bool) -> None:
+        """The binding did not happen; `requeued` tells whether the pod went back to the
+        queue (False: it is gone, bound by someone else, or no longer in the queue)."""
+
+
+class Scheduler:
+    """The cycle over a cache and a queue, with a profile per schedulerName and a binder."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        queue: SchedulingQueue[PodInfo],
+        frameworks: Mapping[str, Framework],
+        binder: Binder,
+        hooks: CycleHooks | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.cache = cache
+        self.queue = queue
+        self.frameworks = dict(frameworks)
+        self.binder = binder
+        self.hooks = hooks or CycleHooks()
+        self.timer = timer
+        self.waiting: dict[str, Assumed] = {}  # pods waiting on Permit, by key
+
+    # ------------------------------------------------------------------ queueing
+
+    def enqueue(self, pod: PodInfo) -> str | None:
+        """Add or refresh a pending pod, unless a PreEnqueue plugin holds it back (the
+        reason is returned; a gated pod is not in the queue)."""
+        fw = self.frameworks.get(pod.scheduler_name)
+        gate = fw.run_pre_enqueue(pod) if fw is not None else None
+        if gate is not None:
+            self.queue.delete(pod.key)
+            return gate
+        self.queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
+        return None
+
+    # ------------------------------------------------------------------ the scheduling cycle
+
+    def schedule_one(self, queued: QueuedPod[PodInfo]) -> Decision:
+        pod = queued.pod
+        key = pod.key
+        fw = self.frameworks.get(pod.scheduler_name)
+        if fw is None:  # the configuration changed: no longer ours
+            self.queue.delete(key)
+            return Decision(pod, "skipped", message=f"no profile {pod.scheduler_name!r}")
+        start = self.timer()
+        state = CycleState()
+        try:
+            result = fw.schedule(pod, self.cache.snapshot, state)
+        except Exception as exc:  # a plugin bug must not stop the loop
+            return self._error(pod, fw, exc, start)
+        elapsed = self.timer() - start
+        self.hooks.decided(pod, result, state)
+        if result.node is None:
+            message = result.message or NO_NODES_MESSAGE
+            if fw.post_filters:
+                try:
+                    post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
+                except Exception as exc:
+                    return self._error(pod, fw, exc, start)
+                if post is not None and post.message:
+                    message = f"{message} {post.message}"
+            return self._unschedulable(pod, fw, message, elapsed, result)
+        node = result.node
+        gpus = result.gpus
+        state.write(ALLOCATION_KEY, result.allocation)
+        self.cache.assume(pod, node, gpus)
+        assumed = Assumed(pod, node, gpus, fw, state, queued.attempts, start)
+        try:
+            failure = fw.run_reserve(state, pod, node)
+        except Exception as exc:
+            self._undo(assumed)
+            return self._error(pod, fw, exc, start)
+        if failure is not None:
+            self._undo(assumed)
+            return self._unschedulable(pod, fw, failure[1], elapsed, result)
+        try:
+            permit = fw.run_permit(state, pod, node)
+        except Exception as exc:
+            self._undo(assumed)
+            return self._error(pod, fw, exc, start)
+        if permit.rejected_by is not None:
+            self._undo(assumed)
+            message = permit.message or f"rejected by permit plugin {permit.rejected_by}"
+            return self._unschedulable(pod, fw, message, elapsed, result)
+        if permit.waits:
+            assumed.waits = permit.waits
+            assumed.permit = asyncio.get_running_loop().create_future()
+            self.waiting[key] = assumed
+        self.hooks.assumed(pod, result, queued.attempts, elapsed)
+        return Decision(pod, "assumed", result, assumed=assumed, elapsed=elapsed)
+
+    def _error(self, pod: PodInfo, fw: Framework, error: Exception, start: float) -> Decision:
+        elapsed = self.timer() - start
+        message = str(error) or type(error).__name__
+        self.queue.retry(pod.key)  # back off, then try again
+        self.hooks.failed(pod, fw.profile, message, elapsed, error)
+        return Decision(pod, "error", message=message, elapsed=elapsed)
+
+    def _unschedulable(
+        self,
+        pod: PodInfo,
+        fw: Framework,
+        message: str,
+        elapsed: float,
+        result: ScheduleResult | None,
+    ) -> Decision:
+        self.queue.unschedulable(pod.key)
+        self.hooks.unschedulable(pod, fw.profile, message, elapsed)
+        return Decision(pod, "unschedulable", result, message=message, elapsed=elapsed)
+
+    def _undo(self, assumed: Assumed) -> None:
+        """Unreserve in reverse order and forget the assumption."""
+        self.waiting.pop(assumed.pod.key, None)
+        try:
+            assumed.framework.run_unreserve(assumed.state, assumed.pod, assumed.node)
+        finally:
+            if self.still_assumed(assumed.pod):
+                self.cache.forget(assumed.pod.key)
+                self.queue.move_all(ClusterEvent.POD_DELETE)  # its resources are free again
+
+    def still_assumed(self, pod: PodInfo) -> bool:
+        cached = self.cache.get(pod.key)
+        return cached is not None and cached.uid == pod.uid and self.cache.is_assumed(pod.key)
+
+    # ------------------------------------------------------------------ Permit
+
+    def allow(self, key: str, plugin: str) -> bool:
+        """A Permit plugin lets a waiting pod go (kube's WaitingPod.Allow)."""
+        assumed = self.waiting.get(key)
+        if assumed is None or assumed.permit is None or plugin not in assumed.waits:
+            return False
+        assumed.waits = {p: t for p, t in assumed.waits.items() if p != plugin}
+        if not assumed.waits and not assumed.permit.done():
+            assumed.permit.set_result(None)
+        return True
+
+    def reject(self, key: str, plugin: str, message: str) -> bool:
+        """A Permit plugin rejects a waiting pod (kube's WaitingPod.Reject)."""
+        assumed = self.waiting.get(key)
+        if assumed is None or assumed.permit is None or assumed.permit.done():
+            return False
+        assumed.permit.set_result(message or f"rejected by permit plugin {plugin}")
+        return True
+
+    async def _wait_on_permit(self, assumed: Assumed) -> str | None:
+        """None once every waiting Permit plugin allowed; else the rejection message."""
+        if assumed.permit is None:
+            return None
+        timeout = min(assumed.waits.values())
+        plugin = min(assumed.waits, key=lambda p: assumed.waits[p])
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(assumed.permit)
+        except TimeoutError:
+            return f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
+        finally:
+            self.waiting.pop(assumed.pod.key, None)
+
+    # ------------------------------------------------------------------ the binding cycle
+
+    async def bind(self, assumed: Assumed) -> BindResult:
+        """Permit wait, PreBind, Bind, PostBind for an assumed pod; on failure Unreserve,
+        forget and requeue. Never raises: a crash is a failed binding."""
+        pod, node, fw, state = assumed.pod, assumed.node, assumed.framework, assumed.state
+        bind_seconds = 0.0
+        try:
+            rejection = await self._wait_on_permit(assumed)
+            if rejection is not None:
+                self._undo(assumed)
+                self.queue.unschedulable(pod.key)
+                self.hooks.unschedulable(pod, fw.profile, rejection, 0.0)
+                result = BindResult(BindOutcome.ABORTED, rejection)
+                self.hooks.unbound(assumed, result, pod.key in self.queue)
+                return result
+            failure = await fw.run_pre_bind(state, pod, node)
+            if failure is not None:
+                result = BindResult(BindOutcome.ERROR, f"{failure[0]}: {failure[1]}")
+            else:
+                t0 = self.timer()
+                result = await fw.run_bind(state, pod, node, self.binder)
+                bind_seconds = self.timer() - t0
+        except Exception as exc:  # never lose the pod on an unexpected failure
+            result = BindResult(BindOutcome.ERROR, str(exc) or type(exc).__name__)
+        if result.outcome is BindOutcome.BOUND:
+            self.cache.confirm(pod.key)
+            self._forget_queued(pod)
+            fw.run_post_bind(state, pod, node)
+            self.hooks.bound(assumed, bind_seconds)
+            return result
+        self._undo(assumed)
+        requeued = False
+        queued = self.queue.get(pod.key)
+        same_pod = queued is not None and queued.pod.uid == pod.uid
+        if result.outcome in (BindOutcome.CONFLICT, BindOutcome.GONE):
+            if same_pod:
+                self.queue.delete(pod.key)
+        elif same_pod:
+            requeued = self.queue.retry(pod.key)
+        self.hooks.unbound(assumed, result, requeued)
+        return result
+
+    def _forget_queued(self, pod: PodInfo) -> None:
+        queued = self.queue.get(pod.key)
+        if queued is not None and queued.pod.uid == pod.uid:
+            self.queue.delete(pod.key)

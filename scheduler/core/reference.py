@@ -1,0 +1,116 @@
+"""The reference path: the same decision computed node by node from the pods themselves.
+
+A plugin may carry, beside its vector form, a plain per-node form (`filter_node`,
+`score_nodes`, `normalize_reference`) written straight from kube's Go code. Property tests run
+both and hold them equal. The reference form is optional: a plugin without one runs in every
+profile; only `schedule_reference` needs it, and says which plugin lacks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from scheduler.core.framework import CycleState, Framework, _absent_reason
+from scheduler.core.model import PodInfo
+from scheduler.core.snapshot import NodeState, Snapshot
+
+__all__ = [
+    "NoReferenceForm",
+    "ReferenceFilter",
+    "ReferenceResult",
+    "ReferenceScore",
+    "schedule_reference",
+]
+
+
+@runtime_checkable
+class ReferenceFilter(Protocol):
+    name: str
+
+    def filter_node(self, pod: PodInfo, node: NodeState) -> list[str]:
+        """The reasons this node is rejected (empty when it fits)."""
+        ...
+
+
+@runtime_checkable
+class ReferenceScore(Protocol):
+    name: str
+
+    def score_nodes(
+        self, pod: PodInfo, feasible: Sequence[NodeState], all_nodes: Sequence[NodeState]
+    ) -> list[int] | None:
+        """Raw scores of the feasible nodes, in order; None skips."""
+        ...
+
+
+@runtime_checkable
+class ReferenceNormalizer(Protocol):
+    def normalize_reference(self, scores: list[int]) -> list[int]: ...
+
+
+class NoReferenceForm(TypeError):
+    """A plugin of the profile has no per-node form, so no reference decision exists."""
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    node: str | None
+    reasons: dict[str, list[str]]
+    scores: dict[str, dict[str, int]]
+    totals: dict[str, int]
+
+
+def schedule_reference(framework: Framework, pod: PodInfo, snapshot: Snapshot) -> ReferenceResult:
+    """The profile's decision node by node (for tests); PreFilter runs as in the cycle."""
+    slots = sorted(snapshot.live_slots(), key=lambda s: snapshot.names[s] or "")
+    states = {slot: snapshot.node_state(slot) for slot in slots}
+    reasons: dict[str, list[str]] = {}
+    cycle = CycleState()
+    prefilter_message, restrictions = framework.run_pre_filter(cycle, pod, snapshot)
+    filters = [p for p in framework.filters if p.name not in cycle.skip_filter]
+    for plugin in filters:
+        if not isinstance(plugin, ReferenceFilter):
+            raise NoReferenceForm(f"filter plugin {plugin.name} has no reference form")
+    feasible: list[int] = []
+    for slot in slots:
+        state = states[slot]
+        name = state.info.name
+        if prefilter_message is not None:
+            reasons[name] = [prefilter_message]
+            continue
+        failed = [p for p, names in restrictions if name not in names]
+        if failed:
+            reasons[name] = [_absent_reason(failed[0])]
+            continue
+        for plugin in filters:
+            assert isinstance(plugin, ReferenceFilter)
+            node_reasons = plugin.filter_node(pod, state)
+            if node_reasons:
+                reasons[name] = node_reasons
+                break
+        else:
+            feasible.append(slot)
+    scores: dict[str, dict[str, int]] = {}
+    totals = {states[s].info.name: 0 for s in feasible}
+    if feasible:
+        feasible_states = [states[s] for s in feasible]
+        all_states = list(states.values())
+        for scorer, weight in framework.scores:
+            if not isinstance(scorer, ReferenceScore):
+                raise NoReferenceForm(f"score plugin {scorer.name} has no reference form")
+            raw = scorer.score_nodes(pod, feasible_states, all_states)
+            if raw is None:
+                continue
+            if isinstance(scorer, ReferenceNormalizer):
+                raw = scorer.normalize_reference(raw)
+            scores[scorer.name] = {}
+            for node_state, value in zip(feasible_states, raw, strict=True):
+                scores[scorer.name][node_state.info.name] = value
+                totals[node_state.info.name] += value * weight
+    best = None
+    if totals:
+        top = max(totals.values())
+        best = min(name for name, total in totals.items() if total == top)
+    return ReferenceResult(best, reasons, scores, totals)
