@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.config import ConfigError, strict_mapping
+from scheduler.core.config import FIELDS, ConfigError, strict_mapping
 
 __all__ = ["ResourceSpec", "resource_specs", "string_list"]
 
@@ -17,11 +17,7 @@ class ResourceSpec:
 
 
 def string_list(raw: Any, path: str) -> tuple[str, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
-        raise ConfigError(f"{path}: must be a list of strings")
-    return tuple(raw)
+    return FIELDS.string_list(raw, path)
 
 
 def resource_specs(
@@ -33,16 +29,12 @@ def resource_specs(
     """
     if raw is None or (isinstance(raw, list) and not raw):
         return default
-    if not isinstance(raw, list):
-        raise ConfigError(f"{path}: must be a list, got {type(raw).__name__}")
     specs = []
     seen: set[str] = set()
-    for i, item in enumerate(raw):
+    for i, item in enumerate(FIELDS.list(raw, path)):
         item_path = f"{path}[{i}]"
         entry = strict_mapping(item, item_path, {"name", "weight"})
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{item_path}.name: must be a non-empty string")
+        name = FIELDS.name(entry.get("name"), f"{item_path}.name")
         if name in seen:
             raise ConfigError(f'{item_path}.name: Duplicate value: "{name}"')
         seen.add(name)

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.core.decode import FieldError, Fields
 from scheduler.core.framework import (
     POINTS,
     Allocator,
@@ -61,7 +62,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
 _KNOWN_POINTS = {"multiPoint", *POINTS}
 
 
-class ConfigError(ValueError):
+class ConfigError(FieldError):
     """An invalid scheduler configuration; the message starts with the field path."""
 
 
@@ -157,41 +158,15 @@ def default_config() -> SchedulerConfiguration:
 # ---------------------------------------------------------------------------- loading
 
 
-def _expect_mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{path}: must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def _expect_list(value: Any, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigError(f"{path}: must be a list, got {type(value).__name__}")
-    return value
-
-
-def strict_mapping(value: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
-    """A mapping (None reads as empty) whose keys are all in `allowed`: kube decodes its
-    configuration strictly, so an unknown field is an error naming it."""
-    data = _expect_mapping(value, path)
-    _no_unknown(data, allowed, path)
-    return data
-
-
-def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
-    for key in data:
-        if key not in allowed:
-            where = f"{path}.{key}" if path else str(key)
-            raise ConfigError(f'{where}: unknown field "{key}"')
+FIELDS = Fields(ConfigError)
+"""The decoder of the configuration and of plugin args (kube's strict decoding)."""
+strict_mapping = FIELDS.strict
 
 
 def _plugin_set(raw: Any, path: str) -> PluginSet:
     data = strict_mapping(raw, path, {"enabled", "disabled"})
     enabled = []
-    for i, item in enumerate(_expect_list(data.get("enabled"), f"{path}.enabled")):
+    for i, item in enumerate(FIELDS.list(data.get("enabled"), f"{path}.enabled")):
         item_path = f"{path}.enabled[{i}]"
         entry = strict_mapping(item, item_path, {"name", "weight"})
         name = entry.get("name")
@@ -210,7 +185,7 @@ def _plugin_set(raw: Any, path: str) -> PluginSet:
         if name in names[:i]:
             raise ConfigError(f"{path}.enabled[{i}].name: plugin {name!r} is enabled twice")
     disabled = []
-    for i, item in enumerate(_expect_list(data.get("disabled"), f"{path}.disabled")):
+    for i, item in enumerate(FIELDS.list(data.get("disabled"), f"{path}.disabled")):
         item_path = f"{path}.disabled[{i}]"
         entry = strict_mapping(item, item_path, {"name", "weight"})
         name = entry.get("name")
@@ -230,7 +205,7 @@ def _profile(raw: Any, index: int) -> Profile:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{path}.schedulerName: must be a non-empty string")
     points: dict[str, PluginSet] = {}
-    plugins = _expect_mapping(data.get("plugins"), f"{path}.plugins")
+    plugins = FIELDS.mapping(data.get("plugins"), f"{path}.plugins")
     for point, value in plugins.items():
         point_path = f"{path}.plugins.{point}"
         if point not in _KNOWN_POINTS:
@@ -238,7 +213,7 @@ def _profile(raw: Any, index: int) -> Profile:
         points[point] = _plugin_set(value, point_path)
     args: dict[str, Mapping[str, Any] | None] = {}
     args_path: dict[str, str] = {}
-    for i, item in enumerate(_expect_list(data.get("pluginConfig"), f"{path}.pluginConfig")):
+    for i, item in enumerate(FIELDS.list(data.get("pluginConfig"), f"{path}.pluginConfig")):
         item_path = f"{path}.pluginConfig[{i}]"
         entry = strict_mapping(item, item_path, {"name", "args"})
         plugin = entry.get("name")
@@ -246,7 +221,7 @@ def _profile(raw: Any, index: int) -> Profile:
             raise ConfigError(f"{item_path}.name: must be a non-empty string")
         if plugin in args:
             raise ConfigError(f"{item_path}.name: pluginConfig for {plugin!r} given twice")
-        plugin_args = _expect_mapping(entry.get("args"), f"{item_path}.args")
+        plugin_args = FIELDS.mapping(entry.get("args"), f"{item_path}.args")
         args[plugin] = {k: v for k, v in plugin_args.items() if k not in ("apiVersion", "kind")}
         args_path[plugin] = f"{item_path}.args"
     return Profile(name, points, args, args_path, index)
@@ -265,12 +240,12 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: must be a mapping, got {type(data).__name__}")
-    _no_unknown(
+    FIELDS.strict(
         data,
+        "",
         {"apiVersion", "kind", "profiles", "percentageOfNodesToScore", "leaderElection",
          "clientConnection", "parallelism", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
          "extenders", "delayCacheUntilActive", "enableProfiling", "enableContentionProfiling"},
-        "",
     )  # fmt: skip
     api_version = data.get("apiVersion", API_VERSION)
     if api_version != API_VERSION:
@@ -291,13 +266,13 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
     # Accepted for kube compatibility, validated by type; `run` takes these from its flags
     # (leader election, API client) or does not need them (one scheduling thread).
     for key in ("leaderElection", "clientConnection"):
-        _expect_mapping(data.get(key), key)
+        FIELDS.mapping(data.get(key), key)
     for key in ("enableProfiling", "enableContentionProfiling", "delayCacheUntilActive"):
         if key in data and not isinstance(data[key], bool):
             raise ConfigError(f"{key}: must be a boolean, got {data[key]!r}")
     if "parallelism" in data:
         _positive_int(data["parallelism"], "parallelism")
-    raw_profiles = _expect_list(data.get("profiles"), "profiles")
+    raw_profiles = FIELDS.list(data.get("profiles"), "profiles")
     profiles = tuple(_profile(p, i) for i, p in enumerate(raw_profiles)) or (
         Profile(DEFAULT_SCHEDULER_NAME),
     )

@@ -14,6 +14,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from scheduler.core.decode import FieldError, Fields
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 
 __all__ = [
@@ -44,7 +45,7 @@ Resources = dict[str, int]
 Amounts = dict[str, Fraction]
 
 
-class ModelError(ValueError):
+class ModelError(FieldError):
     """An API object that cannot be understood; the message names the object and field."""
 
 
@@ -118,68 +119,22 @@ class PreferredTerm:
 # ---------------------------------------------------------------------------- helpers
 
 
-class _Path:
-    """Names the object and field in errors: ``Pod default/web: spec.containers[0]...``."""
-
-    def __init__(self, kind: str, name: str) -> None:
-        self.prefix = f"{kind} {name}" if name else kind
-
-    def error(self, field_path: str, message: str) -> ModelError:
-        return ModelError(f"{self.prefix}: {field_path}: {message}")
+def _object(kind: str, name: str) -> Fields:
+    """The decoder for one object: errors read ``Pod default/web: spec.containers[0]...``."""
+    return Fields(ModelError, f"{kind} {name}: " if name else f"{kind}: ")
 
 
-def _mapping(value: Any, where: _Path, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise where.error(path, f"must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, where: _Path, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise where.error(path, f"must be a list, got {type(value).__name__}")
-    return value
-
-
-def _str(value: Any, where: _Path, path: str, default: str = "") -> str:
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise where.error(path, f"must be a string, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any, where: _Path, path: str, default: int = 0) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise where.error(path, f"must be an integer, got {value!r}")
-    return value
-
-
-def _string_map(value: Any, where: _Path, path: str) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for key, item in _mapping(value, where, path).items():
-        if not isinstance(item, str):
-            raise where.error(f"{path}.{key}", f"must be a string, got {type(item).__name__}")
-        result[str(key)] = item
-    return result
-
-
-def _quantities(value: Any, where: _Path, path: str) -> Amounts:
+def _quantities(value: Any, where: Fields, path: str) -> Amounts:
     result: Amounts = {}
-    for name, quantity in _mapping(value, where, path).items():
+    for name, quantity in where.mapping(value, path).items():
         try:
             amount = parse_quantity(quantity)
         except QuantityError as exc:
-            raise where.error(f"{path}.{name}", str(exc)) from None
+            raise where.fail(f"{path}.{name}", str(exc)) from None
         if amount < 0:
-            raise where.error(f"{path}.{name}", "must be greater than or equal to 0")
+            raise where.fail(f"{path}.{name}", "must be greater than or equal to 0")
         if to_units(str(name), amount) >= MAX_AMOUNT:
-            raise where.error(
+            raise where.fail(
                 f"{path}.{name}", f"{quantity!r} is too large (at most 2^53-1 in kube's unit)"
             )
         result[str(name)] = amount
@@ -190,21 +145,21 @@ def _units(amounts: Mapping[str, Fraction]) -> Resources:
     return {name: to_units(name, amount) for name, amount in amounts.items()}
 
 
-def _resources(value: Any, where: _Path, path: str) -> Resources:
+def _resources(value: Any, where: Fields, path: str) -> Resources:
     return _units(_quantities(value, where, path))
 
 
-def _timestamp(value: Any, where: _Path, path: str) -> float | None:
+def _timestamp(value: Any, where: Fields, path: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, datetime):
         return value.timestamp()
     if not isinstance(value, str):
-        raise where.error(path, f"must be an RFC 3339 time, got {value!r}")
+        raise where.fail(path, f"must be an RFC 3339 time, got {value!r}")
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise where.error(path, f"must be an RFC 3339 time, got {value!r}") from None
+        raise where.fail(path, f"must be an RFC 3339 time, got {value!r}") from None
 
 
 def _add(into: Amounts, other: Mapping[str, Fraction]) -> None:
@@ -225,20 +180,20 @@ def normalized_image_name(name: str) -> str:
     return name
 
 
-def _requirement(raw: Any, where: _Path, path: str) -> NodeSelectorRequirement:
-    item = _mapping(raw, where, path)
-    values = _list(item.get("values"), where, f"{path}.values")
+def _requirement(raw: Any, where: Fields, path: str) -> NodeSelectorRequirement:
+    item = where.mapping(raw, path)
+    values = where.list(item.get("values"), f"{path}.values")
     return NodeSelectorRequirement(
-        key=_str(item.get("key"), where, f"{path}.key"),
-        operator=_str(item.get("operator"), where, f"{path}.operator"),
-        values=tuple(_str(v, where, f"{path}.values[{i}]") for i, v in enumerate(values)),
+        key=where.string(item.get("key"), f"{path}.key", ""),
+        operator=where.string(item.get("operator"), f"{path}.operator", ""),
+        values=tuple(where.string(v, f"{path}.values[{i}]", "") for i, v in enumerate(values)),
     )
 
 
-def _term(raw: Any, where: _Path, path: str) -> NodeSelectorTerm:
-    item = _mapping(raw, where, path)
-    exprs = _list(item.get("matchExpressions"), where, f"{path}.matchExpressions")
-    fields = _list(item.get("matchFields"), where, f"{path}.matchFields")
+def _term(raw: Any, where: Fields, path: str) -> NodeSelectorTerm:
+    item = where.mapping(raw, path)
+    exprs = where.list(item.get("matchExpressions"), f"{path}.matchExpressions")
+    fields = where.list(item.get("matchFields"), f"{path}.matchFields")
     return NodeSelectorTerm(
         match_expressions=tuple(
             _requirement(e, where, f"{path}.matchExpressions[{i}]") for i, e in enumerate(exprs)
@@ -262,33 +217,33 @@ class _Container:
     restartable: bool
 
 
-def _container(raw: Any, where: _Path, path: str, init: bool) -> _Container:
-    item = _mapping(raw, where, path)
-    resources = _mapping(item.get("resources"), where, f"{path}.resources")
+def _container(raw: Any, where: Fields, path: str, init: bool) -> _Container:
+    item = where.mapping(raw, path)
+    resources = where.mapping(item.get("resources"), f"{path}.resources")
     limits = _quantities(resources.get("limits"), where, f"{path}.resources.limits")
     requests = _quantities(resources.get("requests"), where, f"{path}.resources.requests")
     # The API server defaults a missing request to its limit.
     requests = {**limits, **requests}
     ports: list[HostPort] = []
-    for i, raw_port in enumerate(_list(item.get("ports"), where, f"{path}.ports")):
-        port = _mapping(raw_port, where, f"{path}.ports[{i}]")
-        host_port = _int(port.get("hostPort"), where, f"{path}.ports[{i}].hostPort")
+    for i, raw_port in enumerate(where.list(item.get("ports"), f"{path}.ports")):
+        port = where.mapping(raw_port, f"{path}.ports[{i}]")
+        host_port = where.integer(port.get("hostPort"), f"{path}.ports[{i}].hostPort", 0)
         if host_port > 0:
             ports.append(
                 HostPort(
-                    ip=_str(port.get("hostIP"), where, f"{path}.ports[{i}].hostIP"),
-                    protocol=_str(port.get("protocol"), where, f"{path}.ports[{i}].protocol")
+                    ip=where.string(port.get("hostIP"), f"{path}.ports[{i}].hostIP", ""),
+                    protocol=where.string(port.get("protocol"), f"{path}.ports[{i}].protocol", "")
                     or "TCP",
                     port=host_port,
                 )
             )
-    restart = _str(item.get("restartPolicy"), where, f"{path}.restartPolicy")
+    restart = where.string(item.get("restartPolicy"), f"{path}.restartPolicy", "")
     return _Container(
-        name=_str(item.get("name"), where, f"{path}.name"),
+        name=where.string(item.get("name"), f"{path}.name", ""),
         requests=requests,
         limits=limits,
         ports=tuple(ports),
-        image=_str(item.get("image"), where, f"{path}.image"),
+        image=where.string(item.get("image"), f"{path}.image", ""),
         restartable=init and restart == "Always",
     )
 
@@ -371,146 +326,34 @@ class PodInfo:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
         """Parse a Pod mapping (API JSON or YAML manifest)."""
-        if not isinstance(obj, Mapping):
-            raise ModelError(f"Pod: must be a mapping, got {type(obj).__name__}")
-        kind = obj.get("kind")
-        if kind not in (None, "Pod"):
-            raise ModelError(f"Pod: kind: must be Pod, got {kind!r}")
-        meta = obj.get("metadata")
-        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
-        raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-        namespace = raw_ns if isinstance(raw_ns, str) and raw_ns else "default"
-        where = _Path("Pod", f"{namespace}/{raw_name}" if isinstance(raw_name, str) else "")
-        meta = _mapping(meta, where, "metadata")
-        name = _str(meta.get("name"), where, "metadata.name")
-        if not name:
-            raise where.error("metadata.name", "is required")
-        spec = _mapping(obj.get("spec"), where, "spec")
-        status = _mapping(obj.get("status"), where, "status")
-
-        containers = [
-            _container(c, where, f"spec.containers[{i}]", init=False)
-            for i, c in enumerate(_list(spec.get("containers"), where, "spec.containers"))
-        ]
-        init_containers = [
-            _container(c, where, f"spec.initContainers[{i}]", init=True)
-            for i, c in enumerate(_list(spec.get("initContainers"), where, "spec.initContainers"))
-        ]
-        pod_resources = _mapping(spec.get("resources"), where, "spec.resources")
-        pod_limits = _quantities(pod_resources.get("limits"), where, "spec.resources.limits")
-        pod_level = {
-            **pod_limits,
-            **_quantities(pod_resources.get("requests"), where, "spec.resources.requests"),
-        }
-        overhead = _quantities(spec.get("overhead"), where, "spec.overhead")
-        # Summed exactly and rounded once per resource, as kube rounds the pod's total.
-        requests = _pod_requests(containers, init_containers, pod_level, overhead)
-        for resource, total in requests.items():
-            if to_units(resource, total) >= MAX_AMOUNT:
-                raise where.error("spec", f"the pod's total {resource} request is too large")
-        # kube's calculateResource: every container missing a cpu/memory request counts the
-        # default; with pod-level requests set, only a resource missing at both levels does.
-        defaults = {
-            "cpu": Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
-            "memory": Fraction(DEFAULT_MEMORY_REQUEST),
-        }
-        if any(name in defaults for name in pod_level):
-            defaults = {name: v for name, v in defaults.items() if name not in requests}
-        non_zero = _pod_requests(
-            containers, init_containers, pod_level, overhead, missing_defaults=defaults
-        )
-        everything = [*init_containers, *containers]
-        # QoS BestEffort (ComputePodQOS): no positive CPU or memory request or limit anywhere;
-        # an explicit zero does not count.
-        best_effort = not any(
-            amount > 0
-            for amounts in (
-                pod_level,
-                *(c.requests for c in everything),
-                *(c.limits for c in everything),
-            )
-            for name, amount in amounts.items()
-            if name in ("cpu", "memory")
-        )
-        host_ports = tuple(
-            p
-            for c in [*(c for c in init_containers if c.restartable), *containers]
-            for p in c.ports
-        )
-
-        tolerations = []
-        for i, raw in enumerate(_list(spec.get("tolerations"), where, "spec.tolerations")):
-            item = _mapping(raw, where, f"spec.tolerations[{i}]")
-            tolerations.append(
-                Toleration(
-                    key=_str(item.get("key"), where, f"spec.tolerations[{i}].key"),
-                    operator=_str(item.get("operator"), where, f"spec.tolerations[{i}].operator"),
-                    value=_str(item.get("value"), where, f"spec.tolerations[{i}].value"),
-                    effect=_str(item.get("effect"), where, f"spec.tolerations[{i}].effect"),
-                )
-            )
-
-        affinity = _mapping(spec.get("affinity"), where, "spec.affinity")
-        node_affinity = _mapping(affinity.get("nodeAffinity"), where, "spec.affinity.nodeAffinity")
-        base = "spec.affinity.nodeAffinity"
-        required_raw = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        required: NodeSelector | None = None
-        if required_raw is not None:
-            rpath = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
-            req = _mapping(required_raw, where, rpath)
-            terms = _list(req.get("nodeSelectorTerms"), where, f"{rpath}.nodeSelectorTerms")
-            required = NodeSelector(
-                tuple(
-                    _term(t, where, f"{rpath}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms)
-                )
-            )
-        preferred = []
-        ppath = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
-        for i, raw in enumerate(
-            _list(
-                node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), where, ppath
-            )
-        ):
-            item = _mapping(raw, where, f"{ppath}[{i}]")
-            preferred.append(
-                PreferredTerm(
-                    weight=_int(item.get("weight"), where, f"{ppath}[{i}].weight"),
-                    preference=_term(item.get("preference"), where, f"{ppath}[{i}].preference"),
-                )
-            )
-
-        gates = tuple(
-            _str(
-                _mapping(g, where, f"spec.schedulingGates[{i}]").get("name"),
-                where,
-                f"spec.schedulingGates[{i}].name",
-            )
-            for i, g in enumerate(_list(spec.get("schedulingGates"), where, "spec.schedulingGates"))
-        )
-        node_name = _str(spec.get("nodeName"), where, "spec.nodeName") or None
+        where, namespace, meta = _pod_identity(obj)
+        spec = where.mapping(obj.get("spec"), "spec")
+        status = where.mapping(obj.get("status"), "status")
+        resources = _pod_resources(spec, where)
+        required, preferred = _node_affinity(spec, where)
         return cls(
             namespace=namespace,
-            name=name,
-            uid=_str(meta.get("uid"), where, "metadata.uid"),
-            scheduler_name=_str(spec.get("schedulerName"), where, "spec.schedulerName")
+            name=where.string(meta.get("name"), "metadata.name"),
+            uid=where.string(meta.get("uid"), "metadata.uid", ""),
+            scheduler_name=where.string(spec.get("schedulerName"), "spec.schedulerName", "")
             or "default-scheduler",
-            node_name=node_name,
-            phase=_str(status.get("phase"), where, "status.phase"),
-            priority=_int(spec.get("priority"), where, "spec.priority"),
-            requests=_units(requests),
-            non_zero_cpu=to_units("cpu", non_zero.get("cpu", Fraction(0))),
-            non_zero_memory=to_units("memory", non_zero.get("memory", Fraction(0))),
-            host_ports=host_ports,
-            images=tuple(normalized_image_name(c.image) for c in everything if c.image),
-            tolerations=tuple(tolerations),
+            node_name=where.string(spec.get("nodeName"), "spec.nodeName", "") or None,
+            phase=where.string(status.get("phase"), "status.phase", ""),
+            priority=where.integer(spec.get("priority"), "spec.priority", 0),
+            requests=resources.requests,
+            non_zero_cpu=resources.non_zero_cpu,
+            non_zero_memory=resources.non_zero_memory,
+            host_ports=resources.host_ports,
+            images=resources.images,
+            tolerations=_tolerations(spec, where),
             node_selector=tuple(
-                sorted(_string_map(spec.get("nodeSelector"), where, "spec.nodeSelector").items())
+                sorted(where.string_map(spec.get("nodeSelector"), "spec.nodeSelector").items())
             ),
             required_affinity=required,
-            preferred_affinity=tuple(preferred),
-            labels=_string_map(meta.get("labels"), where, "metadata.labels"),
-            annotations=_string_map(meta.get("annotations"), where, "metadata.annotations"),
-            best_effort=best_effort,
+            preferred_affinity=preferred,
+            labels=where.string_map(meta.get("labels"), "metadata.labels"),
+            annotations=where.string_map(meta.get("annotations"), "metadata.annotations"),
+            best_effort=resources.best_effort,
             creation_timestamp=_timestamp(
                 meta.get("creationTimestamp"), where, "metadata.creationTimestamp"
             )
@@ -518,10 +361,154 @@ class PodInfo:
             deletion_timestamp=_timestamp(
                 meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp"
             ),
-            scheduling_gates=gates,
+            scheduling_gates=_scheduling_gates(spec, where),
             resource_version=str(meta.get("resourceVersion") or ""),
-            container_count=len(everything),
+            container_count=resources.container_count,
         )
+
+
+def _pod_identity(obj: Any) -> tuple[Fields, str, Mapping[str, Any]]:
+    """The pod's decoder (named after it, as far as it can be read), namespace and metadata."""
+    if not isinstance(obj, Mapping):
+        raise ModelError(f"Pod: must be a mapping, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if kind not in (None, "Pod"):
+        raise ModelError(f"Pod: kind: must be Pod, got {kind!r}")
+    meta = obj.get("metadata")
+    raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+    raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    namespace = raw_ns if isinstance(raw_ns, str) and raw_ns else "default"
+    where = _object("Pod", f"{namespace}/{raw_name}" if isinstance(raw_name, str) else "")
+    meta = where.mapping(meta, "metadata")
+    if not where.string(meta.get("name"), "metadata.name", ""):
+        raise where.fail("metadata.name", "is required")
+    return where, namespace, meta
+
+
+@dataclass(frozen=True, slots=True)
+class _PodResources:
+    requests: Resources
+    non_zero_cpu: int
+    non_zero_memory: int
+    best_effort: bool
+    host_ports: tuple[HostPort, ...]
+    images: tuple[str, ...]
+    container_count: int
+
+
+def _pod_resources(spec: Mapping[str, Any], where: Fields) -> _PodResources:
+    """What the pod's containers ask for, as kube's scheduler counts it."""
+    containers = [
+        _container(c, where, f"spec.containers[{i}]", init=False)
+        for i, c in enumerate(where.list(spec.get("containers"), "spec.containers"))
+    ]
+    init_containers = [
+        _container(c, where, f"spec.initContainers[{i}]", init=True)
+        for i, c in enumerate(where.list(spec.get("initContainers"), "spec.initContainers"))
+    ]
+    pod_resources = where.mapping(spec.get("resources"), "spec.resources")
+    pod_level = {
+        **_quantities(pod_resources.get("limits"), where, "spec.resources.limits"),
+        **_quantities(pod_resources.get("requests"), where, "spec.resources.requests"),
+    }
+    overhead = _quantities(spec.get("overhead"), where, "spec.overhead")
+    # Summed exactly and rounded once per resource, as kube rounds the pod's total.
+    requests = _pod_requests(containers, init_containers, pod_level, overhead)
+    for resource, total in requests.items():
+        if to_units(resource, total) >= MAX_AMOUNT:
+            raise where.fail("spec", f"the pod's total {resource} request is too large")
+    # kube's calculateResource: every container missing a cpu/memory request counts the
+    # default; with pod-level requests set, only a resource missing at both levels does.
+    defaults = {
+        "cpu": Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
+        "memory": Fraction(DEFAULT_MEMORY_REQUEST),
+    }
+    if any(name in defaults for name in pod_level):
+        defaults = {name: v for name, v in defaults.items() if name not in requests}
+    non_zero = _pod_requests(
+        containers, init_containers, pod_level, overhead, missing_defaults=defaults
+    )
+    everything = [*init_containers, *containers]
+    # QoS BestEffort (ComputePodQOS): no positive CPU or memory request or limit anywhere;
+    # an explicit zero does not count.
+    best_effort = not any(
+        amount > 0
+        for amounts in (
+            pod_level,
+            *(c.requests for c in everything),
+            *(c.limits for c in everything),
+        )
+        for name, amount in amounts.items()
+        if name in ("cpu", "memory")
+    )
+    sidecars = (c for c in init_containers if c.restartable)
+    return _PodResources(
+        requests=_units(requests),
+        non_zero_cpu=to_units("cpu", non_zero.get("cpu", Fraction(0))),
+        non_zero_memory=to_units("memory", non_zero.get("memory", Fraction(0))),
+        best_effort=best_effort,
+        host_ports=tuple(p for c in [*sidecars, *containers] for p in c.ports),
+        images=tuple(normalized_image_name(c.image) for c in everything if c.image),
+        container_count=len(everything),
+    )
+
+
+def _tolerations(spec: Mapping[str, Any], where: Fields) -> tuple[Toleration, ...]:
+    tolerations = []
+    for i, raw in enumerate(where.list(spec.get("tolerations"), "spec.tolerations")):
+        path = f"spec.tolerations[{i}]"
+        item = where.mapping(raw, path)
+        tolerations.append(
+            Toleration(
+                key=where.string(item.get("key"), f"{path}.key", ""),
+                operator=where.string(item.get("operator"), f"{path}.operator", ""),
+                value=where.string(item.get("value"), f"{path}.value", ""),
+                effect=where.string(item.get("effect"), f"{path}.effect", ""),
+            )
+        )
+    return tuple(tolerations)
+
+
+def _node_affinity(
+    spec: Mapping[str, Any], where: Fields
+) -> tuple[NodeSelector | None, tuple[PreferredTerm, ...]]:
+    """Required and preferred node affinity (`spec.affinity.nodeAffinity`)."""
+    base = "spec.affinity.nodeAffinity"
+    affinity = where.mapping(spec.get("affinity"), "spec.affinity")
+    node_affinity = where.mapping(affinity.get("nodeAffinity"), base)
+    required_raw = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required: NodeSelector | None = None
+    if required_raw is not None:
+        rpath = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
+        req = where.mapping(required_raw, rpath)
+        terms = where.list(req.get("nodeSelectorTerms"), f"{rpath}.nodeSelectorTerms")
+        required = NodeSelector(
+            tuple(_term(t, where, f"{rpath}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms))
+        )
+    preferred = []
+    ppath = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
+    raw_preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
+    for i, raw in enumerate(where.list(raw_preferred, ppath)):
+        item = where.mapping(raw, f"{ppath}[{i}]")
+        preferred.append(
+            PreferredTerm(
+                weight=where.integer(item.get("weight"), f"{ppath}[{i}].weight", 0),
+                preference=_term(item.get("preference"), where, f"{ppath}[{i}].preference"),
+            )
+        )
+    return required, tuple(preferred)
+
+
+def _scheduling_gates(spec: Mapping[str, Any], where: Fields) -> tuple[str, ...]:
+    gates = where.list(spec.get("schedulingGates"), "spec.schedulingGates")
+    return tuple(
+        where.string(
+            where.mapping(g, f"spec.schedulingGates[{i}]").get("name"),
+            f"spec.schedulingGates[{i}].name",
+            "",
+        )
+        for i, g in enumerate(gates)
+    )
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -548,13 +535,13 @@ class NodeInfo:
             raise ModelError(f"Node: must be a mapping, got {type(obj).__name__}")
         meta = obj.get("metadata")
         raw_name = meta.get("name") if isinstance(meta, Mapping) else None
-        where = _Path("Node", raw_name if isinstance(raw_name, str) else "")
-        meta = _mapping(meta, where, "metadata")
-        name = _str(meta.get("name"), where, "metadata.name")
+        where = _object("Node", raw_name if isinstance(raw_name, str) else "")
+        meta = where.mapping(meta, "metadata")
+        name = where.string(meta.get("name"), "metadata.name", "")
         if not name:
-            raise where.error("metadata.name", "is required")
-        spec = _mapping(obj.get("spec"), where, "spec")
-        status = _mapping(obj.get("status"), where, "status")
+            raise where.fail("metadata.name", "is required")
+        spec = where.mapping(obj.get("spec"), "spec")
+        status = where.mapping(obj.get("status"), "status")
         allocatable_raw = status.get("allocatable")
         if allocatable_raw is None:
             allocatable_raw = status.get("capacity")
@@ -564,47 +551,49 @@ class NodeInfo:
         allocatable = _resources(allocatable_raw, where, path)
 
         taints = []
-        for i, raw in enumerate(_list(spec.get("taints"), where, "spec.taints")):
-            item = _mapping(raw, where, f"spec.taints[{i}]")
-            effect = _str(item.get("effect"), where, f"spec.taints[{i}].effect")
+        for i, raw in enumerate(where.list(spec.get("taints"), "spec.taints")):
+            item = where.mapping(raw, f"spec.taints[{i}]")
+            effect = where.string(item.get("effect"), f"spec.taints[{i}].effect", "")
             if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                raise where.error(
+                raise where.fail(
                     f"spec.taints[{i}].effect",
                     f'Unsupported value: "{effect}": supported values: '
                     '"NoExecute", "NoSchedule", "PreferNoSchedule"',
                 )
             taints.append(
                 Taint(
-                    key=_str(item.get("key"), where, f"spec.taints[{i}].key"),
-                    value=_str(item.get("value"), where, f"spec.taints[{i}].value"),
+                    key=where.string(item.get("key"), f"spec.taints[{i}].key", ""),
+                    value=where.string(item.get("value"), f"spec.taints[{i}].value", ""),
                     effect=effect,
                 )
             )
 
         memory_pressure = False
-        for i, raw in enumerate(_list(status.get("conditions"), where, "status.conditions")):
-            cond = _mapping(raw, where, f"status.conditions[{i}]")
+        for i, raw in enumerate(where.list(status.get("conditions"), "status.conditions")):
+            cond = where.mapping(raw, f"status.conditions[{i}]")
             if cond.get("type") == "MemoryPressure":
                 memory_pressure = cond.get("status") == "True"
 
         images: dict[str, int] = {}
-        for i, raw in enumerate(_list(status.get("images"), where, "status.images")):
-            image = _mapping(raw, where, f"status.images[{i}]")
-            size = _int(image.get("sizeBytes"), where, f"status.images[{i}].sizeBytes")
+        for i, raw in enumerate(where.list(status.get("images"), "status.images")):
+            image = where.mapping(raw, f"status.images[{i}]")
+            size = where.integer(image.get("sizeBytes"), f"status.images[{i}].sizeBytes", 0)
             for j, image_name in enumerate(
-                _list(image.get("names"), where, f"status.images[{i}].names")
+                where.list(image.get("names"), f"status.images[{i}].names")
             ):
                 # kube keys a node's images by the names the node reports (only the pod's
                 # image names are normalized), and the first size reported for a name wins.
-                images.setdefault(_str(image_name, where, f"status.images[{i}].names[{j}]"), size)
+                images.setdefault(
+                    where.string(image_name, f"status.images[{i}].names[{j}]", ""), size
+                )
 
         unschedulable = spec.get("unschedulable", False)
         if not isinstance(unschedulable, bool):
-            raise where.error("spec.unschedulable", f"must be a boolean, got {unschedulable!r}")
+            raise where.fail("spec.unschedulable", f"must be a boolean, got {unschedulable!r}")
         return cls(
             name=name,
-            labels=_string_map(meta.get("labels"), where, "metadata.labels"),
-            annotations=_string_map(meta.get("annotations"), where, "metadata.annotations"),
+            labels=where.string_map(meta.get("labels"), "metadata.labels"),
+            annotations=where.string_map(meta.get("annotations"), "metadata.annotations"),
             allocatable=allocatable,
             taints=tuple(taints),
             unschedulable=unschedulable,

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.core.decode import FieldError, Fields
 from scheduler.core.quantity import QuantityError, resource_value
 from scheduler.core.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
 from scheduler.core.topology.schema import (
@@ -63,7 +64,7 @@ _GEN_FIELDS = {
 }  # fmt: skip
 
 
-class ScenarioError(ValueError):
+class ScenarioError(FieldError):
     """A scenario that cannot be used; the message starts with the field path."""
 
 
@@ -170,55 +171,33 @@ class Scenario:
 # ---------------------------------------------------------------------------- field helpers
 
 
+_FIELDS = Fields(ScenarioError, unknown_lists_known=True)
+
+
 def _mapping(value: Any, path: str, *, required: bool = False) -> Mapping[str, Any]:
-    if value is None and not required:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ScenarioError(f"{path}: must be a mapping, got {type(value).__name__}")
-    return value
+    return _FIELDS.mapping(value, path, required=required)
 
 
 def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
-    for key in data:
-        if key not in allowed:
-            where = f"{path}.{key}" if path else str(key)
-            raise ScenarioError(f"{where}: unknown field (known: {', '.join(sorted(allowed))})")
+    _FIELDS.strict(data, path, allowed)
 
 
 def _number(value: Any, path: str, *, default: float | None = None, minimum: float = 0.0) -> float:
-    if value is None:
-        if default is None:
-            raise ScenarioError(f"{path}: is required")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ScenarioError(f"{path}: must be a finite number, got {value!r}")
-    if value < minimum:
-        raise ScenarioError(f"{path}: must be >= {minimum:g}, got {value!r}")
-    return float(value)
+    if default is None:
+        return _FIELDS.number(value, path, minimum=minimum)
+    return _FIELDS.number(value, path, default, minimum=minimum)
 
 
 def _integer(value: Any, path: str, *, default: int | None = None, minimum: int = 0) -> int:
-    if value is None:
-        if default is None:
-            raise ScenarioError(f"{path}: is required")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{path}: must be an integer, got {value!r}")
-    if value < minimum:
-        raise ScenarioError(f"{path}: must be >= {minimum}, got {value}")
-    if value > _MAX_COUNT:
-        raise ScenarioError(f"{path}: must be <= {_MAX_COUNT:,}, got {value:,}")
-    return value
+    if default is None:
+        return _FIELDS.integer(value, path, minimum=minimum, maximum=_MAX_COUNT)
+    return _FIELDS.integer(value, path, default, minimum=minimum, maximum=_MAX_COUNT)
 
 
 def _string(value: Any, path: str, *, default: str | None = None) -> str:
-    if value is None:
-        if default is None:
-            raise ScenarioError(f"{path}: is required")
-        return default
-    if not isinstance(value, str) or not value:
-        raise ScenarioError(f"{path}: must be a non-empty string, got {value!r}")
-    return value
+    if value is None and default is None:
+        raise _FIELDS.fail(path, "is required")
+    return _FIELDS.name(value, path, default) if default is not None else _FIELDS.name(value, path)
 
 
 def _quantity(value: Any, resource: str, path: str, *, default: str) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from scheduler.core.decode import FieldError, Fields
+
 GPU_RESOURCE = "nvidia.com/gpu"
 """The GPU extended resource unless a profile's GPUTopology `resourceName` says otherwise."""
 ANNOTATION_TOPOLOGY = "topo-scheduler.io/gpu-topology"
@@ -34,7 +36,7 @@ PCIE_LEVELS: tuple[str, ...] = ("SYS", "NODE", "PHB", "PXB", "PIX", "BOARD")
 """Common-ancestor levels as `nvidia-smi topo -m` names them, farthest first."""
 
 
-class TopologyError(ValueError):
+class TopologyError(FieldError):
     """A topology-related annotation or file is invalid; the message names object and field."""
 
 
@@ -137,31 +139,21 @@ def _where(node: str, path: str) -> str:
     return f"node {node}: annotation {ANNOTATION_TOPOLOGY}: {path}"
 
 
+_FIELDS = Fields(TopologyError)
+
+
 def _int(value: Any, where: str, *, minimum: int = 0, nullable: bool = False) -> int | None:
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "an integer or null" if nullable else "an integer"
-        raise TopologyError(f"{where}: must be {kind}, got {value!r}")
-    if value < minimum:
-        raise TopologyError(f"{where}: must be >= {minimum}, got {value}")
-    return value
+    if nullable:
+        return _FIELDS.optional_integer(value, where, minimum=minimum)
+    return _FIELDS.integer(value, where, minimum=minimum)
 
 
 def _str(value: Any, where: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TopologyError(f"{where}: must be a string or null, got {value!r}")
-    return value
+    return _FIELDS.optional_string(value, where)
 
 
 def _bool(value: Any, where: str, default: bool) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise TopologyError(f"{where}: must be true or false, got {value!r}")
-    return value
+    return _FIELDS.boolean(value, where, default)
 
 
 def _parse_gpu(raw: Any, i: int, node: str) -> GpuInfo:

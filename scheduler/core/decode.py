@@ -1,0 +1,164 @@
+"""Reading values at field paths: one decoder for every external input.
+
+API objects, annotations, the scheduler configuration, plugin args, scenarios and traces are
+decoded once at the edge into typed values. Every error names the object and the field, e.g.
+``Pod ml/train-0: spec.containers[0].resources.requests.cpu: ...`` or
+``profiles[0].plugins.score.enabled[1].weight: ...``. Each input keeps its own exception class
+(all `FieldError`s) and its own prefix (the object, or nothing for a file's top level).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FieldError", "Fields"]
+
+
+class FieldError(ValueError):
+    """An invalid input value; the message names the object and the field."""
+
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """Reads values at field paths; failures raise `error("<prefix><path>: <message>")`.
+
+    `unknown_lists_known`: an unknown field's error lists the known ones (for hand-written
+    files) instead of kube's strict-decoding message ``unknown field "x"``.
+    """
+
+    error: type[FieldError]
+    prefix: str = ""
+    unknown_lists_known: bool = False
+
+    def fail(self, path: str, message: str) -> FieldError:
+        return self.error(f"{self.prefix}{path}: {message}" if path else f"{self.prefix}{message}")
+
+    def within(self, prefix: str) -> Fields:
+        """The same decoder for a nested object (e.g. one annotation of a node)."""
+        return Fields(self.error, self.prefix + prefix, self.unknown_lists_known)
+
+    # ------------------------------------------------------------------ containers
+
+    def mapping(self, value: Any, path: str, *, required: bool = False) -> Mapping[str, Any]:
+        """A mapping; None reads as empty unless `required`."""
+        if value is None and not required:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def list(self, value: Any, path: str) -> list[Any]:
+        """A list; None reads as empty."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(path, f"must be a list, got {type(value).__name__}")
+        return value
+
+    def strict(self, value: Any, path: str, allowed: set[str]) -> Mapping[str, Any]:
+        """A mapping whose keys are all in `allowed` (strict decoding, as kube's)."""
+        data = self.mapping(value, path)
+        for key in data:
+            if key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                if self.unknown_lists_known:
+                    raise self.fail(where, f"unknown field (known: {', '.join(sorted(allowed))})")
+                raise self.fail(where, f'unknown field "{key}"')
+        return data
+
+    def string_map(self, value: Any, path: str) -> dict[str, str]:
+        result: dict[str, str] = {}
+        for key, item in self.mapping(value, path).items():
+            if not isinstance(item, str):
+                raise self.fail(f"{path}.{key}", f"must be a string, got {type(item).__name__}")
+            result[str(key)] = item
+        return result
+
+    # ------------------------------------------------------------------ scalars
+
+    def string(self, value: Any, path: str, default: str = _MISSING) -> str:
+        """A string; None gives `default` (required when there is none)."""
+        if value is None:
+            if default is _MISSING:
+                raise self.fail(path, "is required")
+            return default
+        if not isinstance(value, str):
+            raise self.fail(path, f"must be a string, got {type(value).__name__}")
+        return value
+
+    def name(self, value: Any, path: str, default: str = _MISSING) -> str:
+        """A non-empty string."""
+        if value is None and default is not _MISSING:
+            return default
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def optional_string(self, value: Any, path: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(path, f"must be a string or null, got {value!r}")
+        return value
+
+    def integer(
+        self,
+        value: Any,
+        path: str,
+        default: int = _MISSING,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int:
+        """An integer (never a bool); None gives `default` (required when there is none)."""
+        if value is None:
+            if default is _MISSING:
+                raise self.fail(path, "is required")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(path, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.fail(path, f"must be <= {maximum:,}, got {value:,}")
+        return value
+
+    def optional_integer(self, value: Any, path: str, *, minimum: int | None = None) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"must be an integer or null, got {value!r}")
+        return self.integer(value, path, minimum=minimum)
+
+    def number(
+        self, value: Any, path: str, default: float = _MISSING, *, minimum: float | None = None
+    ) -> float:
+        """A finite number; None gives `default` (required when there is none)."""
+        if value is None:
+            if default is _MISSING:
+                raise self.fail(path, "is required")
+            return default
+        valid = isinstance(value, int | float) and not isinstance(value, bool)
+        if not valid or not math.isfinite(value):
+            raise self.fail(path, f"must be a finite number, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(path, f"must be >= {minimum:g}, got {value!r}")
+        return float(value)
+
+    def boolean(self, value: Any, path: str, default: bool = _MISSING) -> bool:
+        if value is None:
+            if default is _MISSING:
+                raise self.fail(path, "is required")
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(path, f"must be true or false, got {value!r}")
+        return value
+
+    def string_list(self, value: Any, path: str) -> tuple[str, ...]:
+        return tuple(self.string(v, f"{path}[{i}]") for i, v in enumerate(self.list(value, path)))
