@@ -235,15 +235,16 @@ class Scheduler:
         self.hooks.unschedulable(pod, fw.profile, message, elapsed)
         return Decision(pod, "unschedulable", result, message=message, elapsed=elapsed)
 
-    def _undo(self, assumed: Assumed) -> None:
-        """Unreserve in reverse order and forget the assumption."""
+    def _undo(self, assumed: Assumed) -> bool:
+        """Unreserve in reverse order and forget the assumption; whether it was forgotten."""
         self.waiting.pop(assumed.pod.key, None)
         try:
             assumed.framework.run_unreserve(assumed.state, assumed.pod, assumed.node)
         finally:
-            if self.still_assumed(assumed.pod):
+            forgotten = self.still_assumed(assumed.pod)
+            if forgotten:
                 self.cache.forget(assumed.pod.key)
-                self.queue.move_all(ClusterEvent.POD_DELETE)  # its resources are free again
+        return forgotten
 
     def still_assumed(self, pod: PodInfo) -> bool:
         cached = self.cache.get(pod.key)
@@ -293,8 +294,12 @@ class Scheduler:
         try:
             rejection = await self._wait_on_permit(assumed)
             if rejection is not None:
-                self._undo(assumed)
+                # kube's handleBindingCycleError for a rejection: the pod waits as
+                # unschedulable; the resources it held are an event for the others
+                forgotten = self._undo(assumed)
                 self.queue.unschedulable(pod.key)
+                if forgotten:
+                    self.queue.move_all(ClusterEvent.POD_DELETE, except_key=pod.key)
                 self.hooks.unschedulable(pod, fw.profile, rejection, 0.0)
                 result = BindResult(BindOutcome.ABORTED, rejection)
                 self.hooks.unbound(assumed, result, pod.key in self.queue)
@@ -314,7 +319,8 @@ class Scheduler:
             fw.run_post_bind(state, pod, node)
             self.hooks.bound(assumed, bind_seconds)
             return result
-        self._undo(assumed)
+        if self._undo(assumed):  # its resources are free again: an event for the others
+            self.queue.move_all(ClusterEvent.POD_DELETE)
         requeued = False
         queued = self.queue.get(pod.key)
         same_pod = queued is not None and queued.pod.uid == pod.uid

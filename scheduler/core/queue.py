@@ -213,10 +213,11 @@ class SchedulingQueue(Generic[T]):
         self._to_backoff(qp)
         return True
 
-    def move_all(self, event: ClusterEvent) -> int:
-        """A cluster event that may help: every unschedulable pod goes back (backoff honoured)."""
+    def move_all(self, event: ClusterEvent, *, except_key: str | None = None) -> int:
+        """A cluster event that may help: every unschedulable pod goes back (backoff honoured),
+        but `except_key` (the pod whose own failure caused the event)."""
         self._moves += 1
-        moved = list(self._unschedulable)
+        moved = [key for key in self._unschedulable if key != except_key]
         for key in moved:
             self._to_active_or_backoff(self._pods[key])
         return len(moved)
