@@ -6,7 +6,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from typing import Any
 
 import grpc
 import pytest
@@ -16,7 +16,6 @@ from prometheus_client import generate_latest
 from scheduler.agent.deviceplugin.plugin import DeviceListStrategy
 from scheduler.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from scheduler.agent.fakegpus import FakeNvml, parse_fake_gpus
-from scheduler.agent.podresources import PodResources
 from scheduler.core.topology import (
     ANNOTATION_ASSIGNMENTS,
     GpuSelector,
@@ -232,13 +231,13 @@ def test_concurrent_allocate_calls_are_serialized(node: Node) -> None:
         node.pod(name, 2, recorded=format_gpu_indices(gpus))
     running.watch.synced.wait(5)
     time.sleep(0.3)  # let the watch see the four pods
-    plain = running.plugin._list_pod_resources
+    plain = running.watch.snapshot
 
-    def slow_kubelet() -> Sequence[PodResources]:
+    def slow_snapshot() -> list[dict[str, Any]] | None:
         time.sleep(0.2)  # widen the window in which unserialized calls would overlap
         return plain()
 
-    running.plugin._list_pod_resources = slow_kubelet
+    running.watch.snapshot = slow_snapshot  # type: ignore[method-assign]
     channel = grpc.insecure_channel(f"unix://{running.server.config.socket_path}")
     stub = api_pb2_grpc.DevicePluginStub(channel)
     barrier = threading.Barrier(4)
