@@ -91,7 +91,9 @@ class Node:
             strategy=self.strategy,
         )
         server = PluginServer(
-            plugin, ServerConfig(device_plugin_dir=self.kubelet.plugin_dir, poll_interval=0.05), stop
+            plugin,
+            ServerConfig(device_plugin_dir=self.kubelet.plugin_dir, poll_interval=0.05),
+            stop,
         )
         monitor = HealthMonitor(nvml, inventory, stop, probe_interval=0.05, wait_ms=50)
         watch.start()

@@ -148,7 +148,9 @@ class FakeKubelet:
                     if self._plugin is not plugin:
                         return
                     self.devices = {d.ID: d.health for d in response.devices}
-                    self.device_numa = {d.ID: [n.ID for n in d.topology.nodes] for d in response.devices}
+                    self.device_numa = {
+                        d.ID: [n.ID for n in d.topology.nodes] for d in response.devices
+                    }
                     self.updates += 1
                     self._lock.notify_all()
         except grpc.RpcError:
@@ -282,7 +284,9 @@ class _Registration(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
 
     def Register(self, request: api_pb2.RegisterRequest, context: Any) -> api_pb2.Empty:
         if request.version != "v1beta1":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}"
+            )
         if request.resource_name != self._kubelet.resource:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unexpected resource")
         # The real kubelet dials the plugin after answering; a thread does it here too.

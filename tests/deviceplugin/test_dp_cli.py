@@ -87,7 +87,9 @@ def test_agent_once_publishes_fake_gpus(tmp_path: Path) -> None:
         assert main(argv) == 0
         annotations = emu.get(NODES, "gpu-7")["metadata"]["annotations"]
     topology = parse_topology(annotations[ANNOTATION_TOPOLOGY])
-    assert [g.uuid for g in topology.gpus] == [fake_gpu_uuid("gpu-7", "dgx-h100", i) for i in range(8)]
+    assert [g.uuid for g in topology.gpus] == [
+        fake_gpu_uuid("gpu-7", "dgx-h100", i) for i in range(8)
+    ]
     assert [g.healthy for g in topology.gpus] == [i != 2 for i in range(8)]
 
 

@@ -65,7 +65,9 @@ def test_two_pods_of_equal_size_each_get_their_recorded_set(node: Node) -> None:
     got = {k: sorted(by_uuid(d) for d in v["main"]) for k, v in node.kubelet.allocated.items()}
     assert got == {("ml", "a"): [5, 6], ("ml", "b"): [1, 4]}
     assert _metric(running, "topo_scheduler_gpu_set_mismatches_total") == 0
-    assert _metric(running, 'topo_scheduler_device_plugin_allocations_total{source="recorded"}') == 2
+    assert (
+        _metric(running, 'topo_scheduler_device_plugin_allocations_total{source="recorded"}') == 2
+    )
 
 
 def test_envvar_and_cdi_device_lists(node: Node) -> None:
@@ -140,7 +142,9 @@ def test_pod_of_another_scheduler_gets_our_own_best_set(
     assert best is not None and got == best.gpus
     assert got != (1, 2)  # not simply the lowest free indices
     assert "another scheduler" in caplog.text
-    assert _metric(running, 'topo_scheduler_device_plugin_allocations_total{source="no-record"}') == 1
+    assert (
+        _metric(running, 'topo_scheduler_device_plugin_allocations_total{source="no-record"}') == 1
+    )
     assert running.reporter.wait_idle(5)
     annotations = node.emu.get(NODES, NODE)["metadata"]["annotations"]
     assert parse_assignments(annotations[ANNOTATION_ASSIGNMENTS]) == {pod["metadata"]["uid"]: got}
