@@ -294,3 +294,16 @@ def test_hundred_pods_in_sequence_never_share_a_gpu(node: Node) -> None:
     assert _metric(running, "topo_scheduler_gpu_set_mismatches_total") == 0
     held = [d for pod in node.kubelet.allocated.values() for ids in pod.values() for d in ids]
     assert len(held) == len(set(held))
+
+
+def test_pod_resources_unreachable_falls_back_and_says_so(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = _start(node)
+    assert node.kubelet._pod_resources is not None
+    node.kubelet._pod_resources.stop(None)
+    caplog.set_level(logging.INFO, logger="topo_scheduler.device_plugin")
+    node.kubelet.admit(node.pod("a", 2, recorded="6,7"))
+    assert "the kubelet's PodResources cannot be reached" in caplog.text
+    source = 'topo_scheduler_device_plugin_allocations_total{source="kubelet-unreachable"}'
+    assert _metric(running, source) == 1
