@@ -1,4 +1,4 @@
-"""Command line: `topo-scheduler run | explain | simulate | agent | topology`.
+"""Command line: `topo-scheduler run | explain | simulate | agent | device-plugin | topology`.
 
 Each subcommand parses its flags here and hands an argparse namespace to the adapter that
 implements it; adapters are imported lazily so `explain` never loads the Kubernetes client.
@@ -62,6 +62,40 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="kubelet PodResources socket; skipped when absent",
     )
     p.add_argument("--once", action="store_true", help="publish once and exit")
+    _add_fake_gpus(p)
+
+
+def _add_fake_gpus(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fake-gpus",
+        metavar="TOPOLOGY[:fail=I,J]",
+        help="no NVML: a fake node with a built-in topology (dgx-a100, dgx-h100, dgx1-v100, "
+        "dgx2-v100, pcie-8gpu-2socket, pcie-4gpu, all-sys-2numa); fail= makes those GPUs' "
+        "NVML calls fail",
+    )
+
+
+def _add_device_plugin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "device-plugin", help="kubelet device plugin handing pods their recorded GPU set"
+    )
+    p.add_argument("--node-name", required=True)
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster credentials)")
+    p.add_argument("--device-plugin-dir", default="/var/lib/kubelet/device-plugins")
+    p.add_argument("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock")
+    p.add_argument(
+        "--resource-name",
+        default="nvidia.com/gpu",
+        help="extended resource to serve; must equal the scheduler profile's GPU resource",
+    )
+    p.add_argument(
+        "--device-list-strategy",
+        choices=("envvar", "cdi-cri"),
+        default="envvar",
+        help="envvar: NVIDIA_VISIBLE_DEVICES=<uuids>; cdi-cri: CDI names nvidia.com/gpu=<uuid>",
+    )
+    p.add_argument("--metrics-bind-address", default="0.0.0.0:10270", metavar="HOST:PORT")
+    _add_fake_gpus(p)
 
 
 def _add_topology(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_explain(sub)
     _add_simulate(sub)
     _add_agent(sub)
+    _add_device_plugin(sub)
     _add_topology(sub)
     return parser
 
@@ -115,6 +150,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from scheduler.agent.cli import run_agent
 
         return int(run_agent(args))
+    if args.command == "device-plugin":
+        from scheduler.agent.deviceplugin.cli import run_device_plugin
+
+        return int(run_device_plugin(args))
     if args.command == "topology":
         from scheduler.agent.topology_cli import run_topology
 

@@ -8,8 +8,11 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
+from scheduler.agent.discovery import ReadFile, read_sysfs_file
 from scheduler.agent.loop import Agent, AgentConfig
+from scheduler.core.topology.schema import TopologyError
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -18,11 +21,26 @@ def run_agent(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print("agent: --interval must be positive", file=sys.stderr)
         return 2
-    try:
-        import pynvml
-    except ImportError:
-        print("agent: the nvidia-ml-py package (module pynvml) is not installed", file=sys.stderr)
-        return 1
+    nvml: Any
+    read_file: ReadFile = read_sysfs_file
+    if getattr(args, "fake_gpus", None):
+        from scheduler.agent.fakegpus import FakeNvml, parse_fake_gpus
+
+        try:
+            nvml = FakeNvml(parse_fake_gpus(args.fake_gpus), args.node_name)
+        except TopologyError as exc:
+            print(f"agent: {exc}", file=sys.stderr)
+            return 2
+        read_file = nvml.read_file
+    else:
+        try:
+            import pynvml
+        except ImportError:
+            print(
+                "agent: the nvidia-ml-py package (module pynvml) is not installed", file=sys.stderr
+            )
+            return 1
+        nvml = pynvml
     from scheduler.agent.kube import KubeNodeApi
 
     try:
@@ -42,7 +60,7 @@ def run_agent(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return Agent(config, pynvml, api).run(once=args.once, wait=stop.wait)
+        return Agent(config, nvml, api, read_file=read_file).run(once=args.once, wait=stop.wait)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
