@@ -1,8 +1,10 @@
 """Scheduling-cycle benchmark: 10,000 mixed pods into 5,000 nodes, every node evaluated.
 
-Pods mix CPU/memory requests, GPU requests, host ports and node selectors; each one goes
-through the default profile's filters and scores on the whole cluster and is assumed in
-the cache, as the scheduler does. Prints pods/s and peak memory.
+Pods mix CPU/memory requests, GPU requests, host ports and node selectors; each one is
+queued, popped and taken through the one scheduling cycle (`scheduler.core.cycle`: the
+default profile's filters and scores on the whole cluster, the GPU set, assume, Reserve,
+Permit) and its binding cycle with a binder that writes nothing, as `explain` does. Prints
+pods/s and peak memory.
 
     python bench/schedule_cycle.py [--nodes 5000] [--pods 10000] [--seed 1]
 """
@@ -23,9 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from plugins import frameworks_for
 from scheduler.core.cache import Cache
 from scheduler.core.config import default_config
+from scheduler.core.cycle import Scheduler, drive
 from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.queue import SchedulingQueue
 from scheduler.core.topology import builtin_topology, format_topology
 from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY
+from scheduler.explain import DryRunBinder
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 GPU_TOPOLOGIES = ("dgx-h100", "dgx-a100", "pcie-8gpu-2socket", "dgx1-v100")
@@ -93,19 +98,25 @@ def main() -> None:
     rng = random.Random(args.seed)
     if args.tracemalloc:
         tracemalloc.start()
-    framework = frameworks_for(default_config())["topo-scheduler"]
+    frameworks = frameworks_for(default_config())
     cache = Cache()
     for i in range(args.nodes):
         cache.add_node(NodeInfo.from_object(make_node(i, rng)))
     pods = [PodInfo.from_object(make_pod(i, rng)) for i in range(args.pods)]
+    queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
+    cycle = Scheduler(cache, queue, frameworks, DryRunBinder())
     scheduled = unschedulable = 0
     start = time.perf_counter()
     for pod in pods:
-        result = framework.schedule(pod, cache.snapshot)
-        if result.node is None:
+        cycle.enqueue(pod)
+        queued = queue.pop()
+        assert queued is not None
+        decision = cycle.schedule_one(queued)
+        if decision.assumed is None:
             unschedulable += 1
+            queue.delete(pod.key)
             continue
-        cache.assume(pod, result.node, result.gpus)
+        drive(cycle.bind(decision.assumed))
         scheduled += 1
     elapsed = time.perf_counter() - start
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -495,6 +495,10 @@ class Framework:
         self.bind = list(bind)
         self.post_bind = list(post_bind)
         self.weights = {plugin.name: weight for plugin, weight in scores}
+        # decided once: a protocol isinstance check costs microseconds, per pod per plugin
+        self._normalizers: dict[str, ScoreNormalizer] = {
+            plugin.name: plugin for plugin, _ in scores if isinstance(plugin, ScoreNormalizer)
+        }
 
     def plugins(self) -> dict[str, list[str]]:
         """Plugin names per extension point (for explain, logs and tests)."""
@@ -611,8 +615,9 @@ class Framework:
                 raw = plugin.score(state, pod, snapshot, feasible)
                 if raw is None:
                     continue
-                if isinstance(plugin, ScoreNormalizer):
-                    raw = plugin.normalize(state, raw, feasible)
+                normalizer = self._normalizers.get(plugin.name)
+                if normalizer is not None:
+                    raw = normalizer.normalize(state, raw, feasible)
                 scores[plugin.name] = raw
                 totals += raw * weight
         slot = pick_node(snapshot, feasible, totals)
