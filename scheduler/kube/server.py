@@ -84,7 +84,8 @@ def listen(bind_address: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return socket.create_server((host, port), family=family, backlog=128, reuse_port=False)
     except OSError as exc:
-        raise ServingError(f"--bind-address {bind_address}: {exc.strerror or exc}") from None
+        detail = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ServingError(f"--bind-address {bind_address}: {detail}") from None
 
 
 # -- TLS ------------------------------------------------------------------------------------
