@@ -54,7 +54,9 @@ def parse_config_map(
         raise ConfigError(f"{origin}: data.{CONFIG_KEY}: nesting too deep") from None
     except Exception as exc:  # a YAML scalar Python refuses (huge integer, impossible date)
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{origin}: data.{CONFIG_KEY}: {detail}") from None
+        if "digits" in detail:
+            detail = f"integer too long ({detail.partition(':')[0].lower()})"
+        raise ConfigError(f"{origin}: data.{CONFIG_KEY}: invalid value: {detail}") from None
 
 
 class ConfigMapSource:
@@ -159,7 +161,13 @@ class ConfigMapSource:
             self.recorder.record(ref, "Warning", "InvalidConfiguration", "Reload", str(exc))
             return
         self.last_error = None
-        self.apply(config, frameworks)
+        try:
+            self.apply(config, frameworks)
+        except Exception as exc:  # a bug: keep watching, retry this text on its next delivery
+            self.last_text = None
+            self.metrics.config_reloads.labels("failure").inc()
+            log.exception("applying the configuration failed", error=str(exc))
+            return
         self.metrics.config_reloads.labels("success").inc()
         log.info(
             "configuration applied",
