@@ -132,11 +132,6 @@ def validate_settings(settings: Settings) -> None:
     _positive("--kube-api-qps", settings.client.qps)
     if settings.client.burst < 1:
         raise UsageError(f"--kube-api-burst: must be at least 1, got {settings.client.burst}")
-    if settings.client.burst < settings.client.qps:
-        raise UsageError(
-            f"--kube-api-burst ({settings.client.burst}) must be at least --kube-api-qps "
-            f"({settings.client.qps:g}): a burst smaller than one second of requests throttles"
-        )
     _positive("--startup-timeout", settings.startup_timeout)
     if settings.config_map:
         ns, _, name = settings.config_map.partition("/")

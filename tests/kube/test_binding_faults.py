@@ -17,8 +17,7 @@ from scheduler.core.queue import Where
 from scheduler.kube.client import ClientOptions, KubeClient
 from scheduler.kube.scheduler import KubeScheduler, Options
 from tests.emulator import EVENTS, NODES, Emulator
-
-KEY = "default/p"
+from tests.kube.test_failures import KEY, _cycle, _settle
 
 
 def _scheduler(emulator: Emulator, client: ClientOptions | None = None) -> KubeScheduler:
@@ -30,20 +29,6 @@ def _scheduler(emulator: Emulator, client: ClientOptions | None = None) -> KubeS
         frameworks_for(config),
         options=options,
     )
-
-
-def _cycle(sched: KubeScheduler) -> None:
-    qp = sched.queue.pop()
-    assert qp is not None and qp.key == KEY
-    sched.schedule_one(qp.pod, qp.attempts)
-
-
-async def _settle(sched: KubeScheduler) -> None:
-    while sched.binding or sched._tasks:
-        await asyncio.gather(*sched.binding.values(), *sched._tasks, return_exceptions=True)
-    worker = asyncio.create_task(sched.recorder.run())
-    await sched.recorder.flush(5)
-    worker.cancel()
 
 
 @pytest.mark.xfail(

@@ -4,8 +4,6 @@ and /readyz fails when the watch itself is not running."""
 from __future__ import annotations
 
 import asyncio
-import urllib.error
-import urllib.request
 
 from plugins import frameworks_for
 from scheduler.core.config import SchedulerConfiguration
@@ -17,6 +15,7 @@ from scheduler.kube.informer import Backoff
 from scheduler.kube.metrics import Metrics
 from tests.emulator import EVENTS, Emulator
 from tests.emulator.harness import Replica, fast_settings, wait_for
+from tests.kube.test_e2e import _http
 
 GOOD = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 BAD = {
@@ -24,14 +23,6 @@ BAD = {
     "integer too long": GOOD + "percentageOfNodesToScore: " + "1" * 5001 + "\n",
     "day is out of range for month": GOOD + "percentageOfNodesToScore: 2020-02-30\n",
 }
-
-
-def _http(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def _rejections(emulator: Emulator) -> list[str]:
