@@ -104,10 +104,14 @@ def self_signed_pem(hostname: str) -> tuple[bytes, bytes]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name(
-        [x509.NameAttribute(NameOID.COMMON_NAME, f"{hostname}@{int(now.timestamp())}")]
-    )
-    sans: list[x509.GeneralName] = [x509.DNSName(hostname), x509.DNSName("localhost")]
+    if not hostname.isascii() or not hostname:
+        hostname = "localhost"  # a DNS name must be ASCII
+    # kube's "host@timestamp"; a common name holds at most 64 characters
+    common_name = f"{hostname[:50]}@{int(now.timestamp())}"
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    sans: list[x509.GeneralName] = [x509.DNSName(hostname)]
+    if hostname != "localhost":
+        sans.append(x509.DNSName("localhost"))
     sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1")]
     cert = (
         x509.CertificateBuilder()
