@@ -28,10 +28,10 @@ from pathlib import Path
 
 import structlog
 
-from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config
 from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
-from scheduler.kube.configsource import ConfigMapSource
+from scheduler.kube.configsource import ConfigMapSource, load_and_build
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
@@ -80,7 +80,7 @@ class Settings:
     # prepared by run_scheduler before connecting, so that their errors exit 2 at once
     listener: socket.socket | None = None
     tls: ssl.SSLContext | None = None
-    config_text: str | None = None
+    file_config: tuple[SchedulerConfiguration, dict[str, Framework]] | None = None
 
 
 class UsageError(Exception):
@@ -155,9 +155,9 @@ def prepare(settings: Settings) -> None:
     """Everything that can fail because of a flag, before any API call: UsageError."""
     validate_settings(settings)
     try:
-        if settings.config_file:
-            settings.config_text = _read_text("--config", settings.config_file)
-            load_config(settings.config_text, origin=settings.config_file)
+        if settings.config_file and settings.file_config is None:
+            text = _read_text("--config", settings.config_file)
+            settings.file_config = load_and_build(text, settings.config_file, settings.builder)
         if settings.bind_address:
             parse_bind_address(settings.bind_address)
             if not settings.serving.plain_http and settings.tls is None:
@@ -224,13 +224,9 @@ async def _load_config(
         )
         config, frameworks = await source.load_initial()
         return config, frameworks, source
-    if settings.config_file:
-        text = settings.config_text
-        if text is None:
-            text = _read_text("--config", settings.config_file)
-        config = load_config(text, origin=settings.config_file)
-    else:
-        config = default_config()
+    if settings.file_config is not None:  # read and checked by prepare()
+        return *settings.file_config, None
+    config = default_config()
     return config, settings.builder(config), None
 
 

@@ -35,6 +35,26 @@ log = structlog.get_logger("topo_scheduler.core.config")
 CONFIG_KEY = "config.yaml"
 
 
+def load_and_build(
+    text: str, origin: str, builder: Builder, field: str = ""
+) -> tuple[SchedulerConfiguration, dict[str, Framework]]:
+    """Validated configuration and its frameworks; any failure is a ConfigError naming
+    `origin` (and `field`, the place of the text in it), never another exception."""
+    where = f"{origin}: {field}: " if field else f"{origin}: "
+    try:
+        config = load_config(text, origin=origin)
+        return config, builder(config)
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{where}nesting too deep") from None
+    except Exception as exc:  # a YAML scalar Python refuses (huge integer, impossible date)
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "digits" in detail:
+            detail = f"integer too long ({detail.partition(':')[0].lower()})"
+        raise ConfigError(f"{where}invalid value: {detail}") from None
+
+
 def parse_config_map(
     obj: Obj, builder: Builder
 ) -> tuple[SchedulerConfiguration, dict[str, Framework]]:
@@ -45,18 +65,7 @@ def parse_config_map(
     text = data.get(CONFIG_KEY)
     if text is None:
         raise ConfigError(f"{origin}: data.{CONFIG_KEY}: Required value")
-    try:
-        config = load_config(str(text), origin=origin)
-        return config, builder(config)
-    except ConfigError:
-        raise
-    except RecursionError:
-        raise ConfigError(f"{origin}: data.{CONFIG_KEY}: nesting too deep") from None
-    except Exception as exc:  # a YAML scalar Python refuses (huge integer, impossible date)
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "digits" in detail:
-            detail = f"integer too long ({detail.partition(':')[0].lower()})"
-        raise ConfigError(f"{origin}: data.{CONFIG_KEY}: invalid value: {detail}") from None
+    return load_and_build(str(text), origin, builder, f"data.{CONFIG_KEY}")
 
 
 class ConfigMapSource:

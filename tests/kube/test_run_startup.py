@@ -71,6 +71,9 @@ def test_unusable_flags_and_files_exit_2_with_one_line(tmp_path: Path, emulator:
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     (tmp_path / "config.bin").write_bytes(b"\xff\xfeapiVersion")
+    header = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    (tmp_path / "config-date.yaml").write_text(header + "percentageOfNodesToScore: 2020-02-30\n")
+    (tmp_path / "config-range.yaml").write_text(header + "percentageOfNodesToScore: 400\n")
     busy = socket.create_server(("127.0.0.1", 0))
     busy_port = busy.getsockname()[1]
     base = ["--kubeconfig", str(good), "--insecure-plain-http"]
@@ -91,6 +94,18 @@ def test_unusable_flags_and_files_exit_2_with_one_line(tmp_path: Path, emulator:
         "config-bytes": (
             base + ["--config", str(tmp_path / "config.bin"), "--bind-address", free],
             "not UTF-8",
+        ),
+        "config-deep": (
+            base + ["--config", str(tmp_path / "deep"), "--bind-address", free],
+            f"{tmp_path / 'deep'}: nesting too deep",
+        ),
+        "config-date": (
+            base + ["--config", str(tmp_path / "config-date.yaml"), "--bind-address", free],
+            "day is out of range for month",
+        ),
+        "config-range": (
+            base + ["--config", str(tmp_path / "config-range.yaml"), "--bind-address", free],
+            "percentageOfNodesToScore",
         ),
         "kubeconfig-missing": (["--kubeconfig", str(tmp_path / "nope")], "no such file"),
         "kubeconfig-dir": (["--kubeconfig", str(tmp_path)], "is a directory"),
