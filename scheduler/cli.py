@@ -24,9 +24,32 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--leader-elect", action="store_true", help="elect a leader with a Lease")
     p.add_argument("--leader-elect-namespace", default=None, help="namespace of the Lease")
     p.add_argument("--leader-elect-name", default="topo-scheduler", help="name of the Lease")
-    p.add_argument("--bind-address", default="0.0.0.0:10259", metavar="HOST:PORT")
+    p.add_argument(
+        "--bind-address",
+        default="0.0.0.0:10259",
+        metavar="HOST:PORT",
+        help="where /healthz, /readyz and /metrics are served (HTTPS unless --insecure-plain-http)",
+    )
+    p.add_argument(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="PEM certificate (chain) for HTTPS; default: a self-signed one made at start",
+    )
+    p.add_argument("--tls-private-key-file", metavar="FILE", help="PEM key of --tls-cert-file")
+    p.add_argument(
+        "--insecure-plain-http",
+        action="store_true",
+        help="development only: plain HTTP, /metrics without authentication",
+    )
     p.add_argument("--kube-api-qps", type=float, default=50.0)
     p.add_argument("--kube-api-burst", type=int, default=100)
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for the API server at startup before exiting 1 (default 60)",
+    )
 
 
 def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

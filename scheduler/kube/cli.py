@@ -2,8 +2,11 @@
 
 `run_scheduler(args)` is the command; `serve(settings, stop)` is the same process as a
 coroutine so tests run several replicas against the emulator in one event loop.
-Exit codes: 0 after SIGTERM (bindings finished, lease released), 1 on a startup error
-(bad configuration, unreachable API) or after losing leadership (restart cleanly).
+Exit codes: 0 after SIGTERM (bindings finished, lease released); 2 when a flag or a file it
+names is unusable (bad --bind-address, port in use, --kube-api-qps 0, a missing or garbage
+kubeconfig, --config or certificate), with one line naming it; 1 when the cluster refuses to
+start us (API server unreachable for --startup-timeout, invalid ConfigMap) or after losing
+leadership (restart cleanly).
 """
 
 from __future__ import annotations
@@ -11,9 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
+import os
 import signal
 import socket
+import ssl
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,15 +28,23 @@ from pathlib import Path
 
 import structlog
 
-from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config
 from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
-from scheduler.kube.configsource import ConfigMapSource
+from scheduler.kube.configsource import ConfigMapSource, load_and_build
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
 from scheduler.kube.scheduler import KubeScheduler, Options
-from scheduler.kube.server import StatusServer, parse_bind_address
+from scheduler.kube.server import (
+    DelegatedAuth,
+    ServingError,
+    ServingOptions,
+    StatusServer,
+    listen,
+    parse_bind_address,
+    tls_context,
+)
 
 log = structlog.get_logger("topo_scheduler")
 Builder = Callable[[SchedulerConfiguration], dict[str, Framework]]
@@ -60,6 +75,25 @@ class Settings:
     options: Options = field(default_factory=Options)
     builder: Builder = default_builder
     on_ready: Callable[[KubeScheduler, StatusServer], None] | None = None
+    serving: ServingOptions = field(default_factory=ServingOptions)
+    startup_timeout: float = 60.0  # how long to wait for the API server before exiting 1
+    # prepared by run_scheduler before connecting, so that their errors exit 2 at once
+    listener: socket.socket | None = None
+    tls: ssl.SSLContext | None = None
+    file_config: tuple[SchedulerConfiguration, dict[str, Framework]] | None = None
+
+
+class UsageError(Exception):
+    """A flag or a file it names is unusable: one line naming it, exit 2."""
+
+
+class StartupError(Exception):
+    """The cluster did not let us start (API server unreachable, credentials refused): exit 1."""
+
+
+# The API client used to review /metrics tokens has its own rate limit, so that requests
+# with random tokens cannot spend the scheduler's API budget.
+AUTH_CLIENT = ClientOptions(qps=20.0, burst=40, user_agent="topo-scheduler/auth")
 
 
 def _namespace() -> str:
@@ -79,7 +113,70 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         lease_name=args.leader_elect_name,
         bind_address=args.bind_address,
         client=ClientOptions(qps=args.kube_api_qps, burst=args.kube_api_burst),
+        serving=ServingOptions(
+            plain_http=args.insecure_plain_http,
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+        ),
+        startup_timeout=args.startup_timeout,
     )
+
+
+def _positive(flag: str, value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag}: must be a positive number, got {value}")
+
+
+def validate_settings(settings: Settings) -> None:
+    """Check the flags and the files they name; UsageError names the first bad one."""
+    _positive("--kube-api-qps", settings.client.qps)
+    if settings.client.burst < 1:
+        raise UsageError(f"--kube-api-burst: must be at least 1, got {settings.client.burst}")
+    _positive("--startup-timeout", settings.startup_timeout)
+    if settings.config_map:
+        ns, _, name = settings.config_map.partition("/")
+        if not ns or not name or "/" in name:
+            raise UsageError(f"--config-map: must be NAMESPACE/NAME, got {settings.config_map!r}")
+    if settings.kubeconfig is not None:
+        path = Path(settings.kubeconfig)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "no such file"
+            raise UsageError(f"--kubeconfig {settings.kubeconfig}: {what}")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"--kubeconfig {settings.kubeconfig}: permission denied")
+    elif settings.url is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise UsageError(
+            "--kubeconfig: required outside a pod (no in-cluster service account: "
+            "KUBERNETES_SERVICE_HOST is not set)"
+        )
+
+
+def prepare(settings: Settings) -> None:
+    """Everything that can fail because of a flag, before any API call: UsageError."""
+    validate_settings(settings)
+    try:
+        if settings.config_file and settings.file_config is None:
+            text = _read_text("--config", settings.config_file)
+            settings.file_config = load_and_build(text, settings.config_file, settings.builder)
+        if settings.bind_address:
+            parse_bind_address(settings.bind_address)
+            if not settings.serving.plain_http and settings.tls is None:
+                settings.tls = tls_context(settings.serving)
+            if settings.listener is None:
+                settings.listener = listen(settings.bind_address)
+    except (ServingError, ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_text(flag: str, path: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{flag} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -88,6 +185,11 @@ def run_scheduler(args: argparse.Namespace) -> int:
 
     configure()
     settings = settings_from_args(args)
+    try:
+        prepare(settings)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -122,24 +224,104 @@ async def _load_config(
         )
         config, frameworks = await source.load_initial()
         return config, frameworks, source
-    if settings.config_file:
-        text = Path(settings.config_file).read_text()
-        config = load_config(text, origin=settings.config_file)
-    else:
-        config = default_config()
+    if settings.file_config is not None:  # read and checked by prepare()
+        return *settings.file_config, None
+    config = default_config()
     return config, settings.builder(config), None
+
+
+async def _connect(settings: Settings, options: ClientOptions) -> KubeClient:
+    """A client from --kubeconfig, the pod's service account or the test URL; UsageError."""
+    if settings.url:
+        return KubeClient.for_url(settings.url, options)
+    try:
+        return await KubeClient.connect(settings.kubeconfig, options)
+    except Exception as exc:  # the kubeconfig loader raises anything on a garbage file
+        flag = f"--kubeconfig {settings.kubeconfig}" if settings.kubeconfig else "in-cluster config"
+        detail = "nesting too deep" if isinstance(exc, RecursionError) else str(exc)
+        detail = detail.splitlines()[0] if detail else type(exc).__name__
+        raise UsageError(f"{flag}: not a usable kubeconfig: {detail}") from None
+
+
+async def wait_for_api(client: KubeClient, timeout: float) -> None:
+    """Wait until the API server answers (GET /version); StartupError after `timeout`.
+
+    Transport errors, timeouts, 5xx and 429 are retried with a backoff of 0.5 s doubling up
+    to 5 s; a 401 means the credentials are refused and fails at once.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.5
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            async with asyncio.timeout(max(left, 0.001)):
+                await client.request("GET", "/version", timeout=max(min(left, 10.0), 0.001))
+            return
+        except TimeoutError:
+            error = "timed out"
+        except ApiError as exc:
+            if exc.status == 401:
+                raise StartupError(f"API server refused the credentials: {exc}") from None
+            if exc.status and exc.status < 500 and exc.status != 429:
+                return  # it answers (e.g. 403 or 404 on /version): reachable
+            error = str(exc)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise StartupError(
+                f"API server {client.api.configuration.host} unreachable for {timeout:g}s "
+                f"(--startup-timeout): {error}"
+            )
+        log.warning("waiting for the API server", error=error, retry_in=round(delay, 2))
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, 5.0)
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> int:
     """Run one scheduler process until `stop` is set or leadership is lost."""
-    if settings.url:
-        client = KubeClient.for_url(settings.url, settings.client)
-    else:
-        client = await KubeClient.connect(settings.kubeconfig, settings.client)
     try:
+        prepare(settings)
+        client = await _connect(settings, settings.client)
+    except UsageError as exc:
+        log.error("cannot start", error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        _close_listener(settings)
+        return 2
+    try:
+        await wait_for_api(client, settings.startup_timeout)
         return await _serve(settings, stop, client)
+    except (StartupError, UsageError) as exc:
+        log.error("cannot start", error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) else 1
     finally:
+        _close_listener(settings)
         await client.close()
+
+
+def _close_listener(settings: Settings) -> None:
+    if settings.listener is not None:
+        settings.listener.close()
+        settings.listener = None
+
+
+async def _status_server(
+    settings: Settings,
+    registry: Metrics,
+    checks: dict[str, Callable[[], tuple[bool, str]]],
+) -> tuple[StatusServer, KubeClient | None]:
+    """The HTTPS (or development plain-HTTP) endpoints, listening on the prepared socket."""
+    auth_client = None
+    auth = None
+    if settings.tls is not None:
+        auth_client = await _connect(settings, AUTH_CLIENT)
+        auth = DelegatedAuth(auth_client, ttl=settings.serving.auth_cache_ttl)
+    server = StatusServer(
+        registry.registry, checks, auth=auth, tls=settings.tls, options=settings.serving
+    )
+    if settings.listener is not None:
+        await server.start(sock=settings.listener)
+        settings.listener = None  # the server owns it now
+    return server, auth_client
 
 
 async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) -> int:
@@ -165,20 +347,15 @@ async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) ->
         return sched.synced, "" if sched.synced else "informers not synced"
 
     def config_valid() -> tuple[bool, str]:
-        error = source.last_error if source is not None else None
-        # the last good configuration is in use; a rejected change is reported, not fatal
-        return True, f"last change rejected: {error}" if error else ""
+        return source.health() if source is not None else (True, "")
 
-    server = StatusServer(
-        metrics.registry, {"informer-sync": informers_synced, "config": config_valid}
+    server, auth_client = await _status_server(
+        settings, metrics, {"informer-sync": informers_synced, "config": config_valid}
     )
-    if settings.bind_address:
-        host, port = parse_bind_address(settings.bind_address)
-        await server.start(host, port)
     await sched.start()
     tasks: list[asyncio.Task[None]] = []
     if source is not None:
-        tasks.append(asyncio.create_task(source.reflector.run(), name="config-informer"))
+        tasks.append(source.start())
     if settings.on_ready is not None:
         settings.on_ready(sched, server)
     elector = None
@@ -206,6 +383,8 @@ async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) ->
                 await task
         await sched.close()
         await server.stop()
+        if auth_client is not None:
+            await auth_client.close()
         log.info("scheduler stopped", exit_code=code, bound=sched.scheduled)
     return code
 

@@ -197,6 +197,19 @@ class Emulator:
         reqs = self.server.call(lambda: list(self.server.requests))
         return sum(1 for m, p in reqs if m == method and path_contains in p)
 
+    # -- authentication and authorization -------------------------------------------------
+
+    def add_token(
+        self, token: str, username: str, groups: list[str] | None = None, uid: str = ""
+    ) -> None:
+        """A bearer token that TokenReview authenticates as `username`."""
+        user: Obj = {"username": username, "uid": uid, "groups": groups or []}
+        self.server.call(lambda: self.server.tokens.__setitem__(token, user))
+
+    def grant_non_resource(self, username: str, verb: str, path: str) -> None:
+        """SubjectAccessReview allows `username` to `verb` the non-resource URL `path`."""
+        self.server.call(lambda: self.server.non_resource_grants.add((username, verb, path)))
+
     # -- faults ---------------------------------------------------------------------------
 
     def fail(

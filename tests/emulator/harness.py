@@ -17,13 +17,17 @@ from scheduler.kube.client import ClientOptions
 from scheduler.kube.informer import Backoff
 from scheduler.kube.leader import LeaseTiming
 from scheduler.kube.scheduler import KubeScheduler, Options
-from scheduler.kube.server import StatusServer
+from scheduler.kube.server import ServingOptions, StatusServer
 
 from . import Emulator
 
 
 def fast_settings(emu: Emulator, **overrides: Any) -> Settings:
-    """Settings for a test replica: emulator URL, short backoffs, ephemeral HTTP port."""
+    """Settings for a test replica: emulator URL, short backoffs, ephemeral HTTP port.
+
+    The endpoints are plain HTTP without authentication (the development mode) unless
+    `serving` is overridden; tests of the secure port pass their own.
+    """
     options = Options(
         initial_backoff=0.05,
         max_backoff=0.2,
@@ -39,6 +43,8 @@ def fast_settings(emu: Emulator, **overrides: Any) -> Settings:
         options=options,
         lease_namespace="kube-system",
         lease_timing=LeaseTiming(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2),
+        serving=ServingOptions(plain_http=True),
+        startup_timeout=5.0,
     )
     for key, value in overrides.items():
         setattr(settings, key, value)

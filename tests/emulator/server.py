@@ -79,6 +79,33 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     )
 
 
+def _token_review(server: EmulatorServer, body: Obj) -> Obj:
+    """kube's TokenReview answer: the token's user, or authenticated false."""
+    token = str((body.get("spec") or {}).get("token") or "")
+    user = server.tokens.get(token)
+    status: Obj = {"authenticated": True, "user": user} if user else {"authenticated": False}
+    if not user:
+        status["error"] = "invalid bearer token"
+    return dict(body, status=status)
+
+
+def _access_review(server: EmulatorServer, body: Obj) -> Obj:
+    """kube's SubjectAccessReview answer for a non-resource request."""
+    spec = body.get("spec") or {}
+    attrs = spec.get("nonResourceAttributes") or {}
+    allowed = (spec.get("user"), attrs.get("verb"), attrs.get("path")) in server.non_resource_grants
+    status: Obj = {"allowed": allowed}
+    if allowed:
+        status["reason"] = "granted by the emulator"
+    return dict(body, status=status)
+
+
+_REVIEWS: dict[tuple[str, str], Callable[[EmulatorServer, Obj], Obj]] = {
+    ("POST", "/apis/authentication.k8s.io/v1/tokenreviews"): _token_review,
+    ("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews"): _access_review,
+}
+
+
 class EmulatorServer:
     """The aiohttp application plus its thread; `call` runs a function on its loop."""
 
@@ -86,6 +113,10 @@ class EmulatorServer:
         self.store = Store(history=history)
         self.faults = Faults()
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
+        # TokenReview: token -> the user it authenticates (username, uid, groups, extra)
+        self.tokens: dict[str, Obj] = {}
+        # SubjectAccessReview on non-resource URLs: (user, verb, path) that are allowed
+        self.non_resource_grants: set[tuple[str, str, str]] = set()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="api-emulator", daemon=True)
         self._ready = threading.Event()
@@ -196,6 +227,11 @@ class EmulatorServer:
         return res, namespace, name, sub
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        review = _REVIEWS.get((request.method, request.path))
+        if review is not None:
+            return _json(review(self, await request.json()), 201)
+        if request.method == "GET" and request.path == "/version":
+            return _json({"major": "1", "minor": "33", "gitVersion": "v1.33.0-emulator"})
         res, ns, name, sub = self._route(request.path)
         store = self.store
         method = request.method

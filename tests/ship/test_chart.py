@@ -183,10 +183,39 @@ def test_container_args_parse_with_the_cli(name: str) -> None:
 
 
 def test_probes_hit_health_endpoints_on_the_metrics_port(default_objects: list[dict]) -> None:
+    """The port serves HTTPS (the kubelet does not verify the self-signed certificate)."""
     container = _container(default_objects, "Deployment")
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "metrics",
+        "scheme": "HTTPS",
+    }
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "metrics",
+        "scheme": "HTTPS",
+    }
     assert container["ports"] == [{"name": "metrics", "containerPort": 10259, "protocol": "TCP"}]
+    (port,) = find(default_objects, "Service")["spec"]["ports"]
+    assert port["appProtocol"] == "https"
+    args = build_parser().parse_args(container["args"])
+    assert not args.insecure_plain_http
+    assert args.tls_cert_file is None and args.tls_private_key_file is None  # self-signed
+
+
+def test_certificate_from_a_tls_secret() -> None:
+    objs = objects({"scheduler": {"tls": {"secretName": "scheduler-tls"}}})
+    deployment = find(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser().parse_args(container["args"])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "scheduler-tls"
+    assert mounts["tls"]["readOnly"] is True
+    directory = mounts["tls"]["mountPath"]
+    assert args.tls_cert_file == f"{directory}/tls.crt"
+    assert args.tls_private_key_file == f"{directory}/tls.key"
 
 
 def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -295,9 +324,24 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
     assert _selects(spec["selector"]["matchLabels"], service["metadata"]["labels"])
     assert spec["namespaceSelector"] == {"matchNames": [service["metadata"]["namespace"]]}
     (endpoint,) = spec["endpoints"]
-    assert set(endpoint) <= {"port", "path", "scheme", "interval", "scrapeTimeout"}
+    assert set(endpoint) <= {
+        "port",
+        "path",
+        "scheme",
+        "interval",
+        "scrapeTimeout",
+        "bearerTokenFile",
+        "tlsConfig",
+    }
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
+    # HTTPS with Prometheus' service account token, which the scheduler reviews
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    pinned = {"ca": {"secret": {"name": "ca", "key": "ca.crt"}}, "serverName": "sched"}
+    objs = objects({"metrics": {"serviceMonitor": {"enabled": True, "tlsConfig": pinned}}})
+    assert find(objs, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"] == pinned
     assert re.fullmatch(r"\d+(ms|s|m|h)", endpoint["interval"])
     with pytest.raises(helm_python.HelmRenderError, match=r"metrics\.service\.enabled"):
         render({"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}})

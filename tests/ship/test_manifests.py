@@ -29,6 +29,14 @@ def test_drift_is_detected(tmp_path) -> None:
     assert any("stray.yaml" in d for d in script.drift(expected, tmp_path))
 
 
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
 def test_manifests_hold_the_namespace_and_every_chart_object() -> None:
     docs = load_yaml_docs(MANIFESTS_DIR / "topo-scheduler.yaml")
     assert docs[0] == {
@@ -44,7 +52,7 @@ def test_manifests_hold_the_namespace_and_every_chart_object() -> None:
     }
     assert docs[1:] == objects()
     for doc in docs[1:]:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
 
 

@@ -9,11 +9,18 @@ import pytest
 from ._support import NAMESPACE, VALUE_SETS, find, objects
 
 Perm = tuple[str, str, str, str]  # (apiGroup, resource, verb, resourceName or "")
+# a non-resource URL is written ("nonResourceURL", path, verb, "")
 
 
 def _expand(rules: list[dict]) -> set[Perm]:
     perms: set[Perm] = set()
     for rule in rules:
+        if "nonResourceURLs" in rule:
+            assert set(rule) == {"nonResourceURLs", "verbs"}, rule
+            perms |= {
+                ("nonResourceURL", u, v, "") for u in rule["nonResourceURLs"] for v in rule["verbs"]
+            }
+            continue
         assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
@@ -66,6 +73,9 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("", "events", "patch", ""),
         ("events.k8s.io", "events", "create", ""),
         ("events.k8s.io", "events", "patch", ""),
+        # /metrics on the secure port: the caller's token is reviewed, then its access
+        ("authentication.k8s.io", "tokenreviews", "create", ""),
+        ("authorization.k8s.io", "subjectaccessreviews", "create", ""),
         ("", "configmaps", "get", configmap),
         ("", "configmaps", "list", configmap),
         ("", "configmaps", "watch", configmap),
@@ -99,7 +109,7 @@ def test_scheduler_has_exactly_what_it_uses(name: str) -> None:
     assert granted[_service_account(objs, "Deployment")] == _scheduler_expected(configmap, lease)
     # The namespaced part (ConfigMap, Lease) is a Role in the release namespace, not cluster-wide.
     for role in (o for o in objs if o["kind"] == "ClusterRole"):
-        assert not {r for r in role["rules"] if {"configmaps", "leases"} & set(r["resources"])}
+        assert not {r for r in role["rules"] if {"configmaps", "leases"} & set(r.get("resources", []))}
 
 
 NODE_RIGHTS = {("", "nodes", "get", ""), ("", "nodes", "patch", "")}
@@ -153,3 +163,18 @@ def test_existing_service_account_is_bound_not_created() -> None:
         for o in objs
         if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "existing-agent"
     ]
+
+
+def test_metrics_reader_role_is_get_on_metrics_and_bound_only_to_whom_the_values_name() -> None:
+    objs = objects()
+    reader = find(objs, "ClusterRole", "-metrics-reader")
+    assert _expand(reader["rules"]) == {("nonResourceURL", "/metrics", "get", "")}
+    assert not [
+        o
+        for o in objs
+        if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == reader["metadata"]["name"]
+    ]
+    prometheus = {"name": "prometheus-k8s", "namespace": "monitoring"}
+    objs = objects({"metrics": {"reader": {"serviceAccounts": [prometheus]}}})
+    granted = _permissions_by_subject(objs)
+    assert granted[("monitoring", "prometheus-k8s")] == {("nonResourceURL", "/metrics", "get", "")}
