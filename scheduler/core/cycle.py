@@ -324,10 +324,12 @@ class Scheduler:
         requeued = False
         queued = self.queue.get(pod.key)
         same_pod = queued is not None and queued.pod.uid == pod.uid
-        if result.outcome in (BindOutcome.CONFLICT, BindOutcome.GONE):
+        if result.outcome is BindOutcome.GONE:  # the pod was deleted
             if same_pod:
                 self.queue.delete(pod.key)
         elif same_pod:
+            # as kube-scheduler, every other failure (a 409 too) is retried after backoff;
+            # the watch drops the pod from the queue if someone else really bound it
             requeued = self.queue.retry(pod.key)
         self.hooks.unbound(assumed, result, requeued)
         return result

@@ -336,10 +336,11 @@ class KubeScheduler(CycleHooks):
 
     def unbound(self, assumed: Assumed, result: BindResult, requeued: bool) -> None:
         pod = assumed.pod
-        if result.outcome is BindOutcome.ERROR and pod.scheduler_name in self.names:
+        failed = result.outcome in (BindOutcome.ERROR, BindOutcome.CONFLICT)
+        if failed and pod.scheduler_name in self.names:
             # kube: a FailedScheduling Event and PodScheduled=False, reason SchedulerError
             self._report_failure(pod, "SchedulerError", f"Binding rejected: {result.message}")
-        if not requeued and result.outcome not in (BindOutcome.CONFLICT, BindOutcome.GONE):
+        if not requeued and result.outcome is not BindOutcome.GONE:
             self._requeue(pod)
         if pod.key not in self.queue:
             self.queued_at.pop(pod.key, None)
@@ -646,7 +647,7 @@ class KubeBinder:
                 return BindResult(BindOutcome.GONE)
             if exc.status == 409:
                 log.info("binding conflict", pod=pod.key, node=node, message=exc.message)
-                return BindResult(BindOutcome.CONFLICT)
+                return BindResult(BindOutcome.CONFLICT, str(exc))
             log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
             return BindResult(BindOutcome.ERROR, str(exc))
         return BindResult(BindOutcome.BOUND)

@@ -31,12 +31,6 @@ def _scheduler(emulator: Emulator, client: ClientOptions | None = None) -> KubeS
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 409 on pods/binding drops the pod (outcome 'conflict' -> queue.delete); "
-    "kube-scheduler requeues on every binding error and lets the watch drop pods that are "
-    "really bound (fix in the Binder)",
-)
 def test_conflict_on_a_pod_still_unbound_requeues_it(emulator: Emulator) -> None:
     async def run() -> None:
         sched = _scheduler(emulator)
