@@ -6,12 +6,13 @@ not understood. Filter: the node needs enough free allocatable GPUs (healthy, no
 set meeting the placement policy; a node without a valid topology annotation passes for
 `best-effort` only (NodeResourcesFit counts its GPUs). Score (0..100, docs/gpu-topology.md):
 
-    score = 80 * S / S_max  +  20 * k / F     (integer division for each part)
+    score = 80 * Q / Q_max  +  20 * k / F     (integer division for each part)
 
-S: set score of the node's best set for the pod (0 on count-only nodes), S_max: the largest S
-among the feasible nodes (the first part is 80 for every node when S_max is 0), k: GPUs asked,
-F: free GPUs on the node before placing. The best set wins across node types; among equally
-good sets the node the pod fills most tightly wins.
+Q orders the node's best set for the pod as the selection does: its ring bus bandwidth B first,
+its set score S second (Q = B in MB/s x (S_max + 1) + S; 0 on count-only nodes), Q_max: the
+largest Q among the feasible nodes (the first part is 80 for every node when Q_max is 0, as for
+one-GPU pods), k: GPUs asked, F: free GPUs on the node before placing. The fastest set wins
+across node types; among equally good sets the node the pod fills most tightly wins.
 
 The vector path groups the candidate nodes by (topology id, free-GPU mask) with numpy and asks
 the selector once per group; the reference path walks nodes one by one with a brute-force
@@ -33,6 +34,12 @@ from scheduler.core.config import ConfigError, strict_mapping
 from scheduler.core.framework import Allocation, PreFilterResult, ReasonMasks
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.topology.bandwidth import (
+    DEFAULT_BANDWIDTH,
+    LinkBandwidth,
+    bandwidth_matrix,
+    ring_busbw,
+)
 from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
@@ -67,50 +74,67 @@ def reason_for(placement: Placement, count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GPUTopologyArgs:
-    """Plugin args: the GPU resource name and the pair-score table."""
+    """Plugin args: the GPU resource name, the pair-score table, the link bandwidths."""
 
     resource_name: str = DEFAULT_RESOURCE
     pair_scores: PairScoreTable = DEFAULT_TABLE
+    link_bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH
 
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
-    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...})."""
-    data = strict_mapping(raw, path, {"resourceName", "pairScores"})
+    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...}),
+    `linkBandwidth` (GB/s: {nvlink,board,pix,pxb,phb,node,sys})."""
+    data = strict_mapping(raw, path, {"resourceName", "pairScores", "linkBandwidth"})
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")
     try:
         table = PairScoreTable.from_args(data.get("pairScores"), path=f"{path}.pairScores")
+        bandwidth = LinkBandwidth.from_args(data.get("linkBandwidth"), path=f"{path}.linkBandwidth")
     except TopologyError as exc:
         raise ConfigError(str(exc)) from None
-    return GPUTopologyArgs(resource, table)
+    return GPUTopologyArgs(resource, table, bandwidth)
 
 
 @dataclass(frozen=True, slots=True)
 class _Verdicts:
-    """Per evaluated slot: whether a set exists, its set score, the free GPU count."""
+    """Per evaluated slot: whether a set exists, its set score, its busbw (MB/s, 0 for one
+    GPU), the free GPU count."""
 
     slots: IntArray
     fits: BoolArray
     set_score: IntArray
     free_count: IntArray
+    busbw: IntArray
 
 
 def _popcount(values: IntArray) -> IntArray:
     return np.bitwise_count(values).astype(np.int64)
 
 
+def _mbps(busbw: float | None) -> int:
+    """GB/s -> integer MB/s for the node score (0 when there is no ring)."""
+    return 0 if busbw is None else round(busbw * 1000)
+
+
 def reference_best(
-    topology: Topology, free: int, count: int, placement: Placement, table: PairScoreTable
+    topology: Topology,
+    free: int,
+    count: int,
+    placement: Placement,
+    table: PairScoreTable,
+    bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH,
 ) -> tuple[int, ...] | None:
-    """Brute-force best set (max set score, then leftover score, then lowest indices)."""
+    """Brute-force best set (max busbw, then set score, then leftover score, then lowest
+    indices)."""
     matrix = pair_matrix(topology, table)
+    links = bandwidth_matrix(topology, bandwidth)
     gpus = [g.index for g in topology.gpus if g.allocatable and free >> g.index & 1]
 
     def score(members: Sequence[int]) -> int:
         return sum(matrix[a][b] for a, b in itertools.combinations(members, 2))
 
-    best: tuple[int, int] | None = None
+    best: tuple[float, int, int] | None = None
     chosen: tuple[int, ...] | None = None
     for combo in itertools.combinations(gpus, count):
         if placement is Placement.NVLINK and any(
@@ -121,7 +145,8 @@ def reference_best(
             numas = {topology.gpus[g].numa_node for g in combo}
             if len(numas) != 1 or None in numas:
                 continue
-        key = (score(combo), score([g for g in gpus if g not in combo]))
+        ring = ring_busbw(links, combo) or 0.0
+        key = (ring, score(combo), score([g for g in gpus if g not in combo]))
         if best is None or key > best:
             best, chosen = key, combo
     return chosen
@@ -134,7 +159,7 @@ class GPUTopology:
 
     def __init__(self, args: GPUTopologyArgs) -> None:
         self.args = args
-        self.selector = GpuSelector(args.pair_scores)
+        self.selector = GpuSelector(args.pair_scores, bandwidth=args.link_bandwidth)
         # The last evaluation, reused by score after filter in the same cycle: the snapshot
         # (weakly), its GPU version, count, placement, the slots evaluated and the verdicts.
         self._last: tuple[weakref.ref[Snapshot], int, int, Placement, BoolArray, _Verdicts] | None
@@ -165,8 +190,9 @@ class GPUTopology:
             done = last[5]
             keep = mask[done.slots]
             return _Verdicts(
-                done.slots[keep], done.fits[keep], done.set_score[keep], done.free_count[keep]
-            )
+                done.slots[keep], done.fits[keep], done.set_score[keep], done.free_count[keep],
+                done.busbw[keep],
+            )  # fmt: skip
         verdicts = self._search(snapshot, mask, count, placement)
         self._last = (weakref.ref(snapshot), snapshot.gpu_version, count, placement,
                       mask.copy(), verdicts)  # fmt: skip
@@ -180,7 +206,7 @@ class GPUTopology:
         fits = np.zeros(len(slots), np.bool_)
         scores = np.zeros(len(slots), np.int64)
         if len(slots) == 0:
-            return _Verdicts(slots, fits, scores, np.zeros(0, np.int64))
+            return _Verdicts(slots, fits, scores, np.zeros(0, np.int64), np.zeros(0, np.int64))
         allocatable = np.array([t.allocatable_mask for t in snapshot.topologies], np.int64)
         tids = snapshot.gpu_topology_id[slots]
         free = allocatable[tids] & ~snapshot.gpu_used[slots]
@@ -194,15 +220,17 @@ class GPUTopology:
             groups = [(int(t), int(f)) for t, f in pairs]
         group_fits = np.zeros(len(groups), np.bool_)
         group_scores = np.zeros(len(groups), np.int64)
+        group_busbw = np.zeros(len(groups), np.int64)
         for g, (tid, free_mask) in enumerate(groups):
             chosen = self.selector.best_set(snapshot.topologies[tid], free_mask, count, placement)
             if chosen is not None:
                 group_fits[g] = True
                 group_scores[g] = chosen.score
+                group_busbw[g] = _mbps(chosen.busbw)
         inverse = inverse.reshape(-1)
         fits = group_fits[inverse]
         scores = group_scores[inverse]
-        return _Verdicts(slots, fits, scores, _popcount(free))
+        return _Verdicts(slots, fits, scores, _popcount(free), group_busbw[inverse])
 
     # ------------------------------------------------------------------ pre-filter
 
@@ -263,18 +291,30 @@ class GPUTopology:
         free = self._node_free(node, topology)
         if bin(free).count("1") < count:
             return [REASON_NOT_ENOUGH]
-        if reference_best(topology, free, count, placement, self.args.pair_scores) is None:
+        if self._reference_best(topology, free, count, placement) is None:
             return [reason_for(placement, count)]
         return []
 
     # ------------------------------------------------------------------ score
 
+    def _reference_best(
+        self, topology: Topology, free: int, count: int, placement: Placement
+    ) -> tuple[int, ...] | None:
+        args = self.args
+        return reference_best(
+            topology, free, count, placement, args.pair_scores, args.link_bandwidth
+        )
+
     @staticmethod
-    def _combine(set_scores: list[int], counts: list[int], count: int) -> list[int]:
-        top = max(set_scores, default=0)
+    def _combine(
+        set_scores: list[int], busbw: list[int], counts: list[int], count: int
+    ) -> list[int]:
+        widest = max(set_scores, default=0) + 1
+        keys = [b * widest + s for b, s in zip(busbw, set_scores, strict=True)]
+        top = max(keys, default=0)
         out = []
-        for s, free in zip(set_scores, counts, strict=True):
-            quality = QUALITY_POINTS if top == 0 else QUALITY_POINTS * s // top
+        for key, free in zip(keys, counts, strict=True):
+            quality = QUALITY_POINTS if top == 0 else QUALITY_POINTS * key // top
             out.append(quality + PACKING_POINTS * count // max(free, count))
         return out
 
@@ -285,9 +325,11 @@ class GPUTopology:
         placement, _ = self._placement(pod)
         out = np.zeros(snapshot.capacity, np.int64)
         set_scores = np.zeros(snapshot.capacity, np.int64)
+        busbw = np.zeros(snapshot.capacity, np.int64)
         free = np.zeros(snapshot.capacity, np.int64)
         verdicts = self._evaluate(snapshot, feasible, count, placement)
         set_scores[verdicts.slots] = verdicts.set_score
+        busbw[verdicts.slots] = verdicts.busbw
         free[verdicts.slots] = verdicts.free_count
         plain = feasible & (snapshot.gpu_topology_id < 0)
         row = snapshot.row.get(self.args.resource_name)
@@ -296,11 +338,13 @@ class GPUTopology:
             free[plain] = left[plain]
         if not feasible.any():
             return out
-        top = int(set_scores[feasible].max())
+        # Busbw first, set score second: one integer key, ordered as the selection orders.
+        keys = busbw * (int(set_scores[feasible].max()) + 1) + set_scores
+        top = int(keys[feasible].max())
         quality = (
             np.full(snapshot.capacity, QUALITY_POINTS, np.int64)
             if top == 0
-            else QUALITY_POINTS * set_scores // top
+            else QUALITY_POINTS * keys // top
         )
         packing = PACKING_POINTS * count // np.maximum(free, count)
         out[feasible] = (quality + packing)[feasible]
@@ -317,6 +361,7 @@ class GPUTopology:
             return None
         placement, _ = self._placement(pod)
         set_scores: list[int] = []
+        busbw: list[int] = []
         counts: list[int] = []
         for node in feasible:
             topology = self._node_topology(node)
@@ -324,15 +369,18 @@ class GPUTopology:
                 held = sum(p.requests.get(self.args.resource_name, 0) for p in node.pods)
                 allocatable = node.info.allocatable.get(self.args.resource_name, 0)
                 set_scores.append(0)
+                busbw.append(0)
                 counts.append(allocatable - held)
                 continue
             free = self._node_free(node, topology)
-            chosen = reference_best(topology, free, count, placement, self.args.pair_scores)
+            chosen = self._reference_best(topology, free, count, placement) or ()
             matrix = pair_matrix(topology, self.args.pair_scores)
-            pairs = itertools.combinations(chosen or (), 2)
+            pairs = itertools.combinations(chosen, 2)
             set_scores.append(sum(matrix[a][b] for a, b in pairs))
+            links = bandwidth_matrix(topology, self.args.link_bandwidth)
+            busbw.append(_mbps(ring_busbw(links, chosen)))
             counts.append(bin(free).count("1"))
-        return self._combine(set_scores, counts, count)
+        return self._combine(set_scores, busbw, counts, count)
 
     def normalize_reference(self, scores: list[int]) -> list[int]:
         return scores
@@ -365,7 +413,7 @@ class GPUTopology:
             for a, b in itertools.combinations(chosen.gpus, 2)
             for lk in (topology.link(a, b),)
         )
-        return Allocation(chosen.gpus, chosen.score, links)
+        return Allocation(chosen.gpus, chosen.score, links, chosen.busbw)
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> GPUTopology:

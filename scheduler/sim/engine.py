@@ -3,9 +3,9 @@
 Nothing in the decision path knows it is simulated. Each pending pod is popped from
 `scheduler.core.queue.SchedulingQueue` (clock injected: simulated seconds), decided by
 `Framework.schedule` on the `scheduler.core.cache.Cache` snapshot, assumed in the cache, and
-bound by an in-memory binder that does what the real one does against the API server: write the chosen
-GPU set on the pod's `topo-scheduler.io/gpus` annotation, set `spec.nodeName`, and deliver the
-bound pod to the cache as the watch would.
+bound by an in-memory binder that does what the real one does against the API server: write
+the chosen GPU set on the pod's `topo-scheduler.io/gpus` annotation, set `spec.nodeName`, and
+deliver the bound pod to the cache as the watch would.
 
 Around the scheduler sits a model of the nodes: the kubelet admits the bound pod and its device
 plugin hands out GPUs (under `topology` the set in the annotation, as a device plugin that
