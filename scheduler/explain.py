@@ -123,6 +123,7 @@ def explain(
             allocation = framework.allocate(pod, snapshot, slot)
             if allocation is not None:
                 entry["gpus"] = list(allocation.gpus)
+                entry["busbw"] = allocation.busbw
                 if allocation.score is not None:
                     entry["gpuSetScore"] = allocation.score
                 entry["gpuLinks"] = _link_summary(allocation.links)
@@ -154,6 +155,7 @@ def explain(
     }
     if result.allocation is not None:
         document["gpus"] = list(result.allocation.gpus)
+        document["busbw"] = result.allocation.busbw
     document["nodes"] = nodes
     if notes:
         document["notes"] = notes
@@ -196,6 +198,8 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
             detail = ""
             if gpus:
                 detail = f"gpus {','.join(map(str, gpus))}"
+                if entry.get("busbw") is not None:
+                    detail += f" busbw {entry['busbw']:g} GB/s"
                 if "gpuSetScore" in entry:
                     detail += f" set score {entry['gpuSetScore']}"
                 if entry.get("gpuLinks"):
