@@ -10,9 +10,12 @@ set meeting the placement policy; a node without a valid topology annotation pas
 
 Q orders the node's best set for the pod as the selection does: its ring bus bandwidth B first,
 its set score S second (Q = B in MB/s x (S_max + 1) + S; 0 on count-only nodes), Q_max: the
-largest Q among the feasible nodes (the first part is 80 for every node when Q_max is 0, as for
-one-GPU pods), k: GPUs asked, F: free GPUs on the node before placing. The fastest set wins
-across node types; among equally good sets the node the pod fills most tightly wins.
+largest Q among the feasible nodes (the first part is 80 for every node when Q_max is 0), k:
+GPUs asked, F: free GPUs on the node before placing. The fastest set wins across node types;
+among equally good sets the node the pod fills most tightly wins. A one-GPU pod has no ring:
+its first part is 80 x (P_max - P) / P_max, P the bandwidth of the node's fastest free GPU pair
+(0 with fewer than two free GPUs or no topology), so it takes a GPU where rings lose least and
+leaves the well-connected GPUs to multi-GPU pods.
 
 The vector path groups the candidate nodes by (topology id, free-GPU mask) with numpy and asks
 the selector once per group; the reference path walks nodes one by one with a brute-force
@@ -98,8 +101,9 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
 
 @dataclass(frozen=True, slots=True)
 class _Verdicts:
-    """Per evaluated slot: whether a set exists, its set score, its busbw (MB/s, 0 for one
-    GPU), the free GPU count."""
+    """Per evaluated slot: whether a set exists, its set score, the free GPU count, and the
+    bandwidth at stake (MB/s): the chosen set's busbw, or for a one-GPU pod the busbw of the
+    node's fastest free pair."""
 
     slots: IntArray
     fits: BoolArray
@@ -227,6 +231,9 @@ class GPUTopology:
                 group_fits[g] = True
                 group_scores[g] = chosen.score
                 group_busbw[g] = _mbps(chosen.busbw)
+                if count == 1:
+                    pair = self.selector.best_set(snapshot.topologies[tid], free_mask, 2)
+                    group_busbw[g] = _mbps(pair.busbw if pair is not None else None)
         inverse = inverse.reshape(-1)
         fits = group_fits[inverse]
         scores = group_scores[inverse]
@@ -309,9 +316,13 @@ class GPUTopology:
     def _combine(
         set_scores: list[int], busbw: list[int], counts: list[int], count: int
     ) -> list[int]:
-        widest = max(set_scores, default=0) + 1
-        keys = [b * widest + s for b, s in zip(busbw, set_scores, strict=True)]
-        top = max(keys, default=0)
+        if count == 1:  # the fastest free pair given up
+            top = max(busbw, default=0)
+            keys = [top - b for b in busbw]
+        else:
+            widest = max(set_scores, default=0) + 1
+            keys = [b * widest + s for b, s in zip(busbw, set_scores, strict=True)]
+            top = max(keys, default=0)
         out = []
         for key, free in zip(keys, counts, strict=True):
             quality = QUALITY_POINTS if top == 0 else QUALITY_POINTS * key // top
@@ -338,9 +349,12 @@ class GPUTopology:
             free[plain] = left[plain]
         if not feasible.any():
             return out
-        # Busbw first, set score second: one integer key, ordered as the selection orders.
-        keys = busbw * (int(set_scores[feasible].max()) + 1) + set_scores
-        top = int(keys[feasible].max())
+        if count == 1:  # the fastest free pair given up: the less, the better
+            top = int(busbw[feasible].max())
+            keys = top - busbw
+        else:  # busbw first, set score second, ordered as the selection orders
+            keys = busbw * (int(set_scores[feasible].max()) + 1) + set_scores
+            top = int(keys[feasible].max())
         quality = (
             np.full(snapshot.capacity, QUALITY_POINTS, np.int64)
             if top == 0
@@ -378,6 +392,8 @@ class GPUTopology:
             pairs = itertools.combinations(chosen, 2)
             set_scores.append(sum(matrix[a][b] for a, b in pairs))
             links = bandwidth_matrix(topology, self.args.link_bandwidth)
+            if count == 1:
+                chosen = self._reference_best(topology, free, 2, Placement.BEST_EFFORT) or ()
             busbw.append(_mbps(ring_busbw(links, chosen)))
             counts.append(bin(free).count("1"))
         return self._combine(set_scores, busbw, counts, count)
