@@ -127,3 +127,18 @@ def test_shipped_excerpt_and_cluster_load() -> None:
         yaml.safe_load((ROOT / "examples/trace-cluster.yaml").read_text()), jobs_required=False
     )
     assert scenario.jobs == [] and scenario.largest_node_gpus == 8
+
+
+def test_readme_trace_command_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's replay command, as written (one policy here to keep the suite quick)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("topo-scheduler simulate --trace ")
+    command = readme[start : readme.index("```", start)].replace("\\\n", " ").split()
+    assert command[:2] == ["topo-scheduler", "simulate"]
+    assert main([*command[1:], "--policy", "topo+topo-dp", "--output", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    trace = doc["scenario"]["trace"]
+    assert trace["jobs"] == doc["scenario"]["jobs"] > 1000 and trace["not_placeable"] > 0
+    policy = doc["policies"]["topo+topo-dp"]
+    assert policy["pods"]["completed"] == trace["jobs"]
+    assert policy["gpu_hours"] > 0 and policy["gpu_job_completion_seconds"]["mean"] > 0

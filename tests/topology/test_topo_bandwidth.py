@@ -138,3 +138,33 @@ def test_link_bandwidth_args() -> None:
     ]:
         with pytest.raises(TopologyError, match=message.replace("(", r"\(").replace(")", r"\)")):
             LinkBandwidth.from_args(raw)  # type: ignore[arg-type]
+
+
+def test_explain_shows_busbw_next_to_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from pathlib import Path
+
+    from scheduler.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    args = ["explain", "--snapshot", str(root / "examples/snapshot.yaml"),
+            "--pod", str(root / "examples/explain-pod.yaml")]  # fmt: skip
+    assert main([*args, "--output", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    chosen = doc["nodes"][doc["node"]]
+    assert doc["busbw"] == chosen["busbw"] == 300.0 and doc["gpus"] == chosen["gpus"]
+    for entry in doc["nodes"].values():
+        if entry["feasible"] and entry.get("gpus"):
+            assert isinstance(entry["busbw"], float) and entry["gpuSetScore"] > 0
+    assert main(args) == 0
+    assert "busbw 300 GB/s set score" in capsys.readouterr().out
+
+
+def test_plugin_link_bandwidth_args() -> None:
+    from plugins.gpu_topology import parse_args
+    from scheduler.core.config import ConfigError
+
+    args = parse_args({"linkBandwidth": {"nvlink": 50}}, "args")
+    assert args.link_bandwidth.nvlink == 50.0
+    with pytest.raises(ConfigError, match=r"^args.linkBandwidth.sys: must be a number > 0"):
+        parse_args({"linkBandwidth": {"sys": -1}}, "args")
