@@ -63,7 +63,9 @@ def test_same_seed_same_report() -> None:
     second, _ = simulate(small(seed=7), policies)
     assert _strip(first) == _strip(second)
     other, _ = simulate(small(seed=8), ("count-only",))
-    assert _strip(other)["policies"]["kube+nvidia-dp"] != _strip(first)["policies"]["kube+nvidia-dp"]
+    assert (
+        _strip(other)["policies"]["kube+nvidia-dp"] != _strip(first)["policies"]["kube+nvidia-dp"]
+    )
 
 
 @pytest.mark.parametrize("policy", ["topology", "count-only", "naive"])
