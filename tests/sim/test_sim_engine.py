@@ -15,7 +15,7 @@ from scheduler.core.topology import Topology, builtin_topology, device_plugin_se
 from scheduler.explain import explain
 from scheduler.sim.cli import simulate
 from scheduler.sim.engine import Simulation, count_only_config
-from scheduler.sim.quality import QualityModel, stretched_duration
+from scheduler.sim.quality import QualityModel
 from scheduler.sim.report import WALL_CLOCK_FIELDS
 from scheduler.sim.scenario import Scenario, parse_scenario
 

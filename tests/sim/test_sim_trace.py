@@ -73,7 +73,8 @@ def test_trace_jobs_start_at_the_window(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("trace", "message"),
     [
-        (HEADER + "a,1,2,3,,,\nb,1,2,x,,,\n", "t.csv: line 3: gpus: must be an integer >= 0, got 'x'"),
+        (HEADER + "a,1,2,3,,,\nb,1,2,x,,,\n",
+         "t.csv: line 3: gpus: must be an integer >= 0, got 'x'"),
         (HEADER + "a,-1,2,3,,,\n",
          "t.csv: line 2: arrival_s: must be a finite number of seconds >= 0, got '-1'"),
         (HEADER + "a,1,soon,3,,,\n",
