@@ -81,25 +81,25 @@ def _binned(
     return out
 
 
-def _wait_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
-    waits = [r.wait for r in records if r.wait is not None]
-    return {
-        "jobs": len(waits),
-        "mean": _round(_mean(waits)),
-        "p50": _round(_percentile(waits, 50)),
-        "p95": _round(_percentile(waits, 95)),
-        "max": _round(max(waits) if waits else None),
+def _distribution(values: Sequence[float], *, with_max: bool = False) -> dict[str, Any]:
+    stats = {
+        "jobs": len(values),
+        "mean": _round(_mean(values)),
+        "p50": _round(_percentile(values, 50)),
+        "p95": _round(_percentile(values, 95)),
     }
+    if with_max:
+        stats["max"] = _round(max(values) if values else None)
+    return stats
+
+
+def _wait_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
+    return _distribution([r.wait for r in records if r.wait is not None], with_max=True)
 
 
 def _completion_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
     times = [r.completion_time for r in records if r.completion_time is not None]
-    return {
-        "jobs": len(times),
-        "mean": _round(_mean(times)),
-        "p50": _round(_percentile(times, 50)),
-        "p95": _round(_percentile(times, 95)),
-    }
+    return _distribution(times)
 
 
 def _gpu_hours(records: Sequence[JobRecord]) -> float:

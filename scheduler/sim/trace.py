@@ -18,9 +18,10 @@ import csv
 import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scheduler.sim.scenario import Job, Scenario, ScenarioError
 
@@ -38,6 +39,7 @@ CPU_MILLIS_BASE, CPU_MILLIS_PER_GPU = 1000, 4000
 MEMORY_GIB_BASE, MEMORY_GIB_PER_GPU = 4, 16
 """What a trace job's pod requests (traces carry no CPU or memory figures): 1 CPU and 4 GiB,
 plus 4 CPUs and 16 GiB per GPU."""
+N = TypeVar("N", int, float)
 MIN_DURATION = 1.0
 """Rows of 0 seconds run this long (a pod that starts and stops)."""
 
@@ -85,30 +87,28 @@ class TraceReplay:
         }
 
 
-def _cell_number(text: str, where: str, column: str) -> float | None:
+def _cell(
+    text: str, where: str, column: str, parse: Callable[[str], N], minimum: N, what: str
+) -> N | None:
+    """A checked cell: None when empty, else `parse(text)` >= minimum (finite)."""
     if text == "":
         return None
-    problem = f"{where}: {column}: must be a finite number of seconds >= 0, got {text!r}"
+    problem = f"{where}: {column}: must be {what}, got {text!r}"
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
         raise ScenarioError(problem) from None
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < minimum:
         raise ScenarioError(problem)
     return value
 
 
-def _cell_int(text: str, where: str, column: str, minimum: int) -> int | None:
-    if text == "":
-        return None
-    problem = f"{where}: {column}: must be an integer >= {minimum}, got {text!r}"
-    try:
-        value = int(text)
-    except ValueError:
-        raise ScenarioError(problem) from None
-    if value < minimum:
-        raise ScenarioError(problem)
-    return value
+def _seconds(text: str, where: str, column: str) -> float | None:
+    return _cell(text, where, column, float, 0.0, "a finite number of seconds >= 0")
+
+
+def _count(text: str, where: str, column: str, minimum: int) -> int | None:
+    return _cell(text, where, column, int, minimum, f"an integer >= {minimum}")
 
 
 def load_trace(path: str | Path) -> list[TraceRow]:
@@ -146,10 +146,10 @@ def load_trace(path: str | Path) -> list[TraceRow]:
                 TraceRow(
                     line,
                     cell["job"],
-                    _cell_number(cell["arrival_s"], where, "arrival_s"),
-                    _cell_number(cell["duration_s"], where, "duration_s"),
-                    _cell_int(cell["gpus"], where, "gpus", 0),
-                    _cell_int(cell["workers"], where, "workers", 1),
+                    _seconds(cell["arrival_s"], where, "arrival_s"),
+                    _seconds(cell["duration_s"], where, "duration_s"),
+                    _count(cell["gpus"], where, "gpus", 0),
+                    _count(cell["workers"], where, "workers", 1),
                     cell["gpu_model"],
                     cell["status"],
                 )
