@@ -4,7 +4,8 @@
 
 cold: a fresh selector per topology (includes building the per-topology tables once, then
 every query new); warm: the same queries again (answer cache hits); device-plugin: the
-NVIDIA device plugin emulation, uncached. Sizes cycle through 1, 2, 4, 8 (and 3, 5, 16 on
+NVIDIA device plugin emulation, uncached. `tables` includes the ring bus bandwidth of every
+subset, also timed alone (`of which busbw`). Sizes cycle through 1, 2, 4, 8 (and 3, 5, 16 on
 16-GPU nodes); free masks are random with at least `size` free GPUs.
 """
 
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from scheduler.core.topology import GpuSelector, Topology, builtin_topology, device_plugin_set
+from scheduler.core.topology.bandwidth import bandwidth_matrix, ring_busbw_all
 from scheduler.core.topology.schema import GpuInfo, GpuLink
 
 
@@ -81,6 +83,9 @@ def main() -> int:
         start = time.perf_counter()
         selector.compile(topology)
         compile_ms = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
+        ring_busbw_all(bandwidth_matrix(topology))
+        busbw_ms = (time.perf_counter() - start) * 1000
 
         def select(free: int, size: int, s: GpuSelector = selector, t: Topology = topology) -> None:
             s.best_set(t, free, size)
@@ -93,7 +98,10 @@ def main() -> int:
             device_plugin_set(t, free, size)
 
         plugin = timed(emulate, plugin_items)
-        print(f"{name:20s} tables {compile_ms:7.1f} ms once per topology")
+        print(
+            f"{name:20s} tables {compile_ms:7.1f} ms once per topology, "
+            f"of which busbw {busbw_ms:.1f} ms"
+        )
         print(f"{'':20s} cold          {fmt(cold)}")
         print(f"{'':20s} cached        {fmt(warm)}")
         print(f"{'':20s} device-plugin {fmt(plugin)}  ({len(plugin_items)} queries)")

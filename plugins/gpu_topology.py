@@ -6,12 +6,16 @@ not understood. Filter: the node needs enough free allocatable GPUs (healthy, no
 set meeting the placement policy; a node without a valid topology annotation passes for
 `best-effort` only (NodeResourcesFit counts its GPUs). Score (0..100, docs/gpu-topology.md):
 
-    score = 80 * S / S_max  +  20 * k / F     (integer division for each part)
+    score = 80 * Q / Q_max  +  20 * k / F     (integer division for each part)
 
-S: set score of the node's best set for the pod (0 on count-only nodes), S_max: the largest S
-among the feasible nodes (the first part is 80 for every node when S_max is 0), k: GPUs asked,
-F: free GPUs on the node before placing. The best set wins across node types; among equally
-good sets the node the pod fills most tightly wins.
+Q orders the node's best set for the pod as the selection does: its ring bus bandwidth B first,
+its set score S second (Q = B in MB/s x (S_max + 1) + S; 0 on count-only nodes), Q_max: the
+largest Q among the feasible nodes (the first part is 80 for every node when Q_max is 0), k:
+GPUs asked, F: free GPUs on the node before placing. The fastest set wins across node types;
+among equally good sets the node the pod fills most tightly wins. A one-GPU pod has no ring:
+its first part is 80 x (P_max - P) / P_max, P the bandwidth of the node's fastest free GPU pair
+(0 with fewer than two free GPUs or no topology), so it takes a GPU where rings lose least and
+leaves the well-connected GPUs to multi-GPU pods.
 
 The vector path groups the candidate nodes by (topology id, free-GPU mask) with numpy and asks
 the selector once per group; the reference path walks nodes one by one with a brute-force
@@ -41,6 +45,12 @@ from scheduler.core.framework import (
 )
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
+from scheduler.core.topology.bandwidth import (
+    DEFAULT_BANDWIDTH,
+    LinkBandwidth,
+    bandwidth_matrix,
+    ring_busbw,
+)
 from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
@@ -76,50 +86,68 @@ def reason_for(placement: Placement, count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GPUTopologyArgs:
-    """Plugin args: the GPU resource name and the pair-score table."""
+    """Plugin args: the GPU resource name, the pair-score table, the link bandwidths."""
 
     resource_name: str = DEFAULT_RESOURCE
     pair_scores: PairScoreTable = DEFAULT_TABLE
+    link_bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH
 
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
-    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...})."""
-    data = strict_mapping(raw, path, {"resourceName", "pairScores"})
+    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...}),
+    `linkBandwidth` (GB/s: {nvlink,board,pix,pxb,phb,node,sys})."""
+    data = strict_mapping(raw, path, {"resourceName", "pairScores", "linkBandwidth"})
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")
     try:
         table = PairScoreTable.from_args(data.get("pairScores"), path=f"{path}.pairScores")
+        bandwidth = LinkBandwidth.from_args(data.get("linkBandwidth"), path=f"{path}.linkBandwidth")
     except TopologyError as exc:
         raise ConfigError(str(exc)) from None
-    return GPUTopologyArgs(resource, table)
+    return GPUTopologyArgs(resource, table, bandwidth)
 
 
 @dataclass(frozen=True, slots=True)
 class _Verdicts:
-    """Per evaluated slot: whether a set exists, its set score, the free GPU count."""
+    """Per evaluated slot: whether a set exists, its set score, the free GPU count, and the
+    bandwidth at stake (MB/s): the chosen set's busbw, or for a one-GPU pod the busbw of the
+    node's fastest free pair."""
 
     slots: IntArray
     fits: BoolArray
     set_score: IntArray
     free_count: IntArray
+    busbw: IntArray
 
 
 def _popcount(values: IntArray) -> IntArray:
     return np.bitwise_count(values).astype(np.int64)
 
 
+def _mbps(busbw: float | None) -> int:
+    """GB/s -> integer MB/s for the node score (0 when there is no ring)."""
+    return 0 if busbw is None else round(busbw * 1000)
+
+
 def reference_best(
-    topology: Topology, free: int, count: int, placement: Placement, table: PairScoreTable
+    topology: Topology,
+    free: int,
+    count: int,
+    placement: Placement,
+    table: PairScoreTable,
+    bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH,
 ) -> tuple[int, ...] | None:
-    """Brute-force best set (max set score, then leftover score, then lowest indices)."""
+    """Brute-force best set (max busbw, then set score, then leftover score, then lowest
+    indices)."""
     matrix = pair_matrix(topology, table)
+    links = bandwidth_matrix(topology, bandwidth)
     gpus = [g.index for g in topology.gpus if g.allocatable and free >> g.index & 1]
 
     def score(members: Sequence[int]) -> int:
         return sum(matrix[a][b] for a, b in itertools.combinations(members, 2))
 
-    best: tuple[int, int] | None = None
+    best: tuple[float, int, int] | None = None
     chosen: tuple[int, ...] | None = None
     for combo in itertools.combinations(gpus, count):
         if placement is Placement.NVLINK and any(
@@ -130,7 +158,8 @@ def reference_best(
             numas = {topology.gpus[g].numa_node for g in combo}
             if len(numas) != 1 or None in numas:
                 continue
-        key = (score(combo), score([g for g in gpus if g not in combo]))
+        ring = ring_busbw(links, combo) or 0.0
+        key = (ring, score(combo), score([g for g in gpus if g not in combo]))
         if best is None or key > best:
             best, chosen = key, combo
     return chosen
@@ -154,7 +183,7 @@ class GPUTopology:
 
     def __init__(self, args: GPUTopologyArgs) -> None:
         self.args = args
-        self.selector = GpuSelector(args.pair_scores)
+        self.selector = GpuSelector(args.pair_scores, bandwidth=args.link_bandwidth)
 
     # ------------------------------------------------------------------ helpers
 
@@ -184,7 +213,11 @@ class GPUTopology:
             if not np.any(mask & ~evaluated):
                 keep = mask[done.slots]
                 return _Verdicts(
-                    done.slots[keep], done.fits[keep], done.set_score[keep], done.free_count[keep]
+                    done.slots[keep],
+                    done.fits[keep],
+                    done.set_score[keep],
+                    done.free_count[keep],
+                    done.busbw[keep],
                 )
         verdicts = self._search(snapshot, mask, data.count, data.placement)
         data.verdicts = (mask.copy(), verdicts)
@@ -199,7 +232,7 @@ class GPUTopology:
         fits = np.zeros(len(slots), np.bool_)
         scores = np.zeros(len(slots), np.int64)
         if len(slots) == 0:
-            return _Verdicts(slots, fits, scores, np.zeros(0, np.int64))
+            return _Verdicts(slots, fits, scores, np.zeros(0, np.int64), np.zeros(0, np.int64))
         allocatable = np.array([t.allocatable_mask for t in gpus.topologies], np.int64)
         tids = gpus.topology_id[slots]
         free = allocatable[tids] & ~gpus.used[slots]
@@ -213,15 +246,20 @@ class GPUTopology:
             groups = [(int(t), int(f)) for t, f in pairs]
         group_fits = np.zeros(len(groups), np.bool_)
         group_scores = np.zeros(len(groups), np.int64)
+        group_busbw = np.zeros(len(groups), np.int64)
         for g, (tid, free_mask) in enumerate(groups):
             chosen = self.selector.best_set(gpus.topologies[tid], free_mask, count, placement)
             if chosen is not None:
                 group_fits[g] = True
                 group_scores[g] = chosen.score
+                group_busbw[g] = _mbps(chosen.busbw)
+                if count == 1:
+                    pair = self.selector.best_set(gpus.topologies[tid], free_mask, 2)
+                    group_busbw[g] = _mbps(pair.busbw if pair is not None else None)
         inverse = inverse.reshape(-1)
         fits = group_fits[inverse]
         scores = group_scores[inverse]
-        return _Verdicts(slots, fits, scores, _popcount(free))
+        return _Verdicts(slots, fits, scores, _popcount(free), group_busbw[inverse])
 
     # ------------------------------------------------------------------ pre-filter
 
@@ -287,18 +325,34 @@ class GPUTopology:
         free = self._node_free(node, topology)
         if bin(free).count("1") < count:
             return [REASON_NOT_ENOUGH]
-        if reference_best(topology, free, count, placement, self.args.pair_scores) is None:
+        if self._reference_best(topology, free, count, placement) is None:
             return [reason_for(placement, count)]
         return []
 
     # ------------------------------------------------------------------ score
 
+    def _reference_best(
+        self, topology: Topology, free: int, count: int, placement: Placement
+    ) -> tuple[int, ...] | None:
+        args = self.args
+        return reference_best(
+            topology, free, count, placement, args.pair_scores, args.link_bandwidth
+        )
+
     @staticmethod
-    def _combine(set_scores: list[int], counts: list[int], count: int) -> list[int]:
-        top = max(set_scores, default=0)
+    def _combine(
+        set_scores: list[int], busbw: list[int], counts: list[int], count: int
+    ) -> list[int]:
+        if count == 1:  # the fastest free pair given up
+            top = max(busbw, default=0)
+            keys = [top - b for b in busbw]
+        else:
+            widest = max(set_scores, default=0) + 1
+            keys = [b * widest + s for b, s in zip(busbw, set_scores, strict=True)]
+            top = max(keys, default=0)
         out = []
-        for s, free in zip(set_scores, counts, strict=True):
-            quality = QUALITY_POINTS if top == 0 else QUALITY_POINTS * s // top
+        for key, free in zip(keys, counts, strict=True):
+            quality = QUALITY_POINTS if top == 0 else QUALITY_POINTS * key // top
             out.append(quality + PACKING_POINTS * count // max(free, count))
         return out
 
@@ -311,9 +365,11 @@ class GPUTopology:
             return None
         out = np.zeros(snapshot.capacity, np.int64)
         set_scores = np.zeros(snapshot.capacity, np.int64)
+        busbw = np.zeros(snapshot.capacity, np.int64)
         free = np.zeros(snapshot.capacity, np.int64)
         verdicts = self._evaluate(data, snapshot, feasible)
         set_scores[verdicts.slots] = verdicts.set_score
+        busbw[verdicts.slots] = verdicts.busbw
         free[verdicts.slots] = verdicts.free_count
         plain = feasible & (snapshot.gpus.topology_id < 0)
         row = snapshot.row.get(self.args.resource_name)
@@ -322,11 +378,16 @@ class GPUTopology:
             free[plain] = left[plain]
         if not feasible.any():
             return out
-        top = int(set_scores[feasible].max())
+        if count == 1:  # the fastest free pair given up: the less, the better
+            top = int(busbw[feasible].max())
+            keys = top - busbw
+        else:  # busbw first, set score second, ordered as the selection orders
+            keys = busbw * (int(set_scores[feasible].max()) + 1) + set_scores
+            top = int(keys[feasible].max())
         quality = (
             np.full(snapshot.capacity, QUALITY_POINTS, np.int64)
             if top == 0
-            else QUALITY_POINTS * set_scores // top
+            else QUALITY_POINTS * keys // top
         )
         packing = PACKING_POINTS * count // np.maximum(free, count)
         out[feasible] = (quality + packing)[feasible]
@@ -340,6 +401,7 @@ class GPUTopology:
             return None
         placement, _ = self._placement(pod)
         set_scores: list[int] = []
+        busbw: list[int] = []
         counts: list[int] = []
         for node in feasible:
             topology = self._node_topology(node)
@@ -347,15 +409,20 @@ class GPUTopology:
                 held = sum(p.requests.get(self.args.resource_name, 0) for p in node.pods)
                 allocatable = node.info.allocatable.get(self.args.resource_name, 0)
                 set_scores.append(0)
+                busbw.append(0)
                 counts.append(allocatable - held)
                 continue
             free = self._node_free(node, topology)
-            chosen = reference_best(topology, free, count, placement, self.args.pair_scores)
+            chosen = self._reference_best(topology, free, count, placement) or ()
             matrix = pair_matrix(topology, self.args.pair_scores)
-            pairs = itertools.combinations(chosen or (), 2)
+            pairs = itertools.combinations(chosen, 2)
             set_scores.append(sum(matrix[a][b] for a, b in pairs))
+            links = bandwidth_matrix(topology, self.args.link_bandwidth)
+            if count == 1:
+                chosen = self._reference_best(topology, free, 2, Placement.BEST_EFFORT) or ()
+            busbw.append(_mbps(ring_busbw(links, chosen)))
             counts.append(bin(free).count("1"))
-        return self._combine(set_scores, counts, count)
+        return self._combine(set_scores, busbw, counts, count)
 
     # ------------------------------------------------------------------ allocate
 
@@ -387,7 +454,7 @@ class GPUTopology:
             for a, b in itertools.combinations(chosen.gpus, 2)
             for lk in (topology.link(a, b),)
         )
-        return Allocation(chosen.gpus, chosen.score, links)
+        return Allocation(chosen.gpus, chosen.score, links, chosen.busbw)
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> GPUTopology:

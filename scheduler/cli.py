@@ -61,17 +61,29 @@ def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from scheduler.sim.cli import POLICY_CHOICES
+
     p = sub.add_parser("simulate", help="replay a GPU cluster and a job trace")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the bundled cluster)")
     p.add_argument(
         "--policy",
-        choices=("topology", "topology-dp", "count-only", "naive", "both", "all"),
+        choices=POLICY_CHOICES,
         default="both",
+        help="scheduler+device plugin: topo+topo-dp, topo+nvidia-dp, kube+nvidia-dp, "
+        "kube+first-free (earlier names topology, topology-dp, count-only, naive), both "
+        "(topo+topo-dp and kube+nvidia-dp) or all",
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", metavar="FILE.png")
-    p.add_argument("--config", help="KubeSchedulerConfiguration for the topology policy")
+    p.add_argument("--config", help="KubeSchedulerConfiguration for the topo+ policies")
+    p.add_argument("--trace", metavar="FILE.csv", help="job trace to replay (neutral CSV)")
+    p.add_argument("--cluster", metavar="SCENARIO.yaml", help="the nodes to replay --trace on")
+    p.add_argument(
+        "--window",
+        metavar="START:END",
+        help="replay the trace's jobs arriving START..END seconds after its first arrival",
+    )
 
 
 def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

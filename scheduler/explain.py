@@ -143,6 +143,7 @@ class _NodeReport(CycleHooks):
                 allocation = self.framework.allocate(state, pod, snapshot, slot)
                 if allocation is not None:
                     entry["gpus"] = list(allocation.gpus)
+                    entry["busbw"] = allocation.busbw
                     if allocation.score is not None:
                         entry["gpuSetScore"] = allocation.score
                     entry["gpuLinks"] = _link_summary(allocation.links)
@@ -191,6 +192,7 @@ def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
     }
     if result is not None and result.allocation is not None:
         document["gpus"] = list(result.allocation.gpus)
+        document["busbw"] = result.allocation.busbw
     document["nodes"] = report.nodes
     if notes:
         document["notes"] = notes
@@ -233,6 +235,8 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
             detail = ""
             if gpus:
                 detail = f"gpus {','.join(map(str, gpus))}"
+                if entry.get("busbw") is not None:
+                    detail += f" busbw {entry['busbw']:g} GB/s"
                 if "gpuSetScore" in entry:
                     detail += f" set score {entry['gpuSetScore']}"
                 if entry.get("gpuLinks"):

@@ -218,6 +218,7 @@ class Allocation:
     gpus: tuple[int, ...]
     score: int | None = None
     links: tuple[str, ...] = ()
+    busbw: float | None = None
 
 
 @runtime_checkable

@@ -1,5 +1,6 @@
 """`topo-scheduler simulate [SCENARIO.yaml] [--policy ...] [--seed N] [--output table|json]
-[--plot FILE.png] [--config FILE]`: replay a GPU cluster and a job trace under each policy."""
+[--plot FILE.png] [--config FILE] [--trace FILE.csv --cluster SCENARIO.yaml [--window S:E]]`:
+replay a GPU cluster and a job trace under each policy."""
 
 from __future__ import annotations
 
@@ -13,20 +14,28 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
-from scheduler.sim.engine import Simulation
+from scheduler.sim.engine import (
+    KUBE_NVIDIA_DP,
+    POLICIES,
+    POLICY_ALIASES,
+    TOPO,
+    TOPO_NVIDIA_DP,
+    Simulation,
+)
 from scheduler.sim.report import document, plot, render_table, summarize
 from scheduler.sim.scenario import Scenario, ScenarioError, bundled_scenario_path, load_scenario
+from scheduler.sim.trace import TraceReplay, load_trace, parse_window, replay_on
 
-__all__ = ["expand_policies", "run_simulate", "simulate"]
+__all__ = ["POLICY_CHOICES", "expand_policies", "run_simulate", "simulate"]
 
 _POLICY_SETS = {
-    "topology": ("topology",),
-    "topology-dp": ("topology-dp",),
-    "count-only": ("count-only",),
-    "naive": ("naive",),
-    "both": ("topology", "count-only"),
-    "all": ("topology", "topology-dp", "count-only", "naive"),
+    **{p: (p,) for p in POLICIES},
+    **{alias: (p,) for alias, p in POLICY_ALIASES.items()},
+    "both": (TOPO, KUBE_NVIDIA_DP),
+    "all": POLICIES,
 }
+POLICY_CHOICES = tuple(_POLICY_SETS)
+"""`--policy` values: each policy, the earlier names, `both` and `all`."""
 
 
 def expand_policies(name: str) -> tuple[str, ...]:
@@ -55,18 +64,20 @@ def simulate(
     *,
     check: bool = False,
     progress: Callable[[str], Callable[[int], None]] | None = None,
+    trace: TraceReplay | None = None,
 ) -> tuple[dict[str, Any], dict[str, Simulation]]:
     """Run each policy on the scenario; returns the JSON document and the simulations."""
     started = time.perf_counter()
     sims: dict[str, Simulation] = {}
-    for policy in policies:
+    for policy in dict.fromkeys(POLICY_ALIASES.get(p, p) for p in policies):
         advance = progress(policy) if progress is not None else None
         sims[policy] = Simulation(
-            scenario, policy, config if policy.startswith("topology") else None, check=check,
+            scenario, policy, config if policy in (TOPO, TOPO_NVIDIA_DP) else None, check=check,
             progress=advance,
         ).run()  # fmt: skip
     summaries = {name: summarize(sim) for name, sim in sims.items()}
-    return document(scenario, summaries, time.perf_counter() - started), sims
+    runtime = time.perf_counter() - started
+    return document(scenario, summaries, runtime, trace.summary() if trace else None), sims
 
 
 @contextmanager
@@ -96,11 +107,35 @@ def _progress_bar(
         yield start
 
 
+def _scenario(args: argparse.Namespace) -> tuple[Scenario, TraceReplay | None]:
+    """The scenario to run: a scenario file, or a trace replayed on a cluster's nodes."""
+    trace_path: str | None = getattr(args, "trace", None)
+    cluster: str | None = getattr(args, "cluster", None)
+    window_text: str | None = getattr(args, "window", None)
+    if trace_path is None:
+        if cluster is not None:
+            raise ScenarioError("--cluster: only with --trace (else give the scenario file)")
+        if window_text is not None:
+            raise ScenarioError("--window: only with --trace")
+        return load_scenario(args.scenario or bundled_scenario_path(), seed=args.seed), None
+    if cluster is None:
+        raise ScenarioError("--trace: needs --cluster SCENARIO.yaml (the nodes to replay it on)")
+    if args.scenario is not None:
+        raise ScenarioError(f"{args.scenario}: with --trace, give the scenario as --cluster")
+    window = parse_window(window_text) if window_text is not None else (0.0, None)
+    scenario = load_scenario(cluster, seed=args.seed, jobs_required=False)
+    rows = load_trace(trace_path)
+    replay = replay_on(scenario, rows, trace_path, window)
+    if not scenario.jobs:
+        raise ScenarioError(f"{trace_path}: no job to replay (window {window_text or '0:'})")
+    scenario.name = f"{scenario.name} + {Path(trace_path).name}"
+    return scenario, replay
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     """CLI entry: exit 0 after a run, 2 with one line on stderr for a bad scenario or config."""
     try:
-        path = args.scenario or bundled_scenario_path()
-        scenario = load_scenario(path, seed=args.seed)
+        scenario, trace = _scenario(args)
         config = _config(args.config)
         if args.plot and not str(args.plot).lower().endswith(".png"):
             raise ScenarioError(f"--plot: {args.plot}: must name a .png file")
@@ -109,7 +144,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     policies = expand_policies(args.policy)
     with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
-        doc, sims = simulate(scenario, policies, config, progress=progress)
+        doc, sims = simulate(scenario, policies, config, progress=progress, trace=trace)
     if args.output == "json":
         print(json.dumps(doc, indent=2))
     else:

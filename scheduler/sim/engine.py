@@ -8,12 +8,12 @@ write the chosen GPU set on the pod's `topo-scheduler.io/gpus` annotation, set
 `spec.nodeName`, and deliver the bound pod to the cache as the watch would.
 
 Around the scheduler sits a model of the nodes: the kubelet admits the bound pod and its device
-plugin hands out GPUs (under `topology` the set in the annotation, as a device plugin that
-honours it would; otherwise the policy's device-plugin behaviour: NVIDIA's besteffort, which
-ignores the annotation, or the lowest free indices), and the node agent publishes the
-kubelet's assignments on the Node (`topo-scheduler.io/gpu-assignments`). Completions delete
-the pod (the cache forgets it) and, like a cluster event, move unschedulable pods back to the
-active queue.
+plugin hands out GPUs (topo-scheduler's device plugin: the set in the annotation; NVIDIA's
+stock plugin: its besteffort pick, which ignores the annotation; or the lowest free indices),
+and the node agent publishes the kubelet's assignments on the Node
+(`topo-scheduler.io/gpu-assignments`). A job runs for its trace duration stretched by the
+bandwidth its GPU set lost (`quality.stretched_duration`). Completions delete the pod (the
+cache forgets it) and, like a cluster event, move unschedulable pods back to the active queue.
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ from scheduler.core.topology.schema import (
     parse_gpu_indices,
 )
 from scheduler.core.topology.scoring import mask_to_indices
-from scheduler.sim.quality import QualityModel, SetQuality
+from scheduler.sim.quality import QualityModel, SetQuality, stretched_duration
 from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
 
 __all__ = [
     "POLICIES",
+    "POLICY_ALIASES",
+    "POLICY_DESCRIPTIONS",
     "DecisionHook",
     "InvariantError",
     "JobRecord",
@@ -58,7 +60,25 @@ __all__ = [
     "count_only_config",
 ]
 
-POLICIES = ("topology", "topology-dp", "count-only", "naive")
+TOPO = "topo+topo-dp"
+TOPO_NVIDIA_DP = "topo+nvidia-dp"
+KUBE_NVIDIA_DP = "kube+nvidia-dp"
+KUBE_FIRST_FREE = "kube+first-free"
+POLICIES = (TOPO, TOPO_NVIDIA_DP, KUBE_NVIDIA_DP, KUBE_FIRST_FREE)
+"""Scheduler + device plugin: who picks the node, who hands out the GPUs on it."""
+POLICY_DESCRIPTIONS = {
+    TOPO: "topo-scheduler + its device plugin (hands out the recorded GPU set)",
+    TOPO_NVIDIA_DP: "topo-scheduler + NVIDIA's stock device plugin (its own besteffort pick)",
+    KUBE_NVIDIA_DP: "kube-scheduler (GPUs counted) + NVIDIA's stock device plugin",
+    KUBE_FIRST_FREE: "kube-scheduler (GPUs counted) + a device plugin giving the lowest free GPUs",
+}
+POLICY_ALIASES = {
+    "topology": TOPO,
+    "topology-dp": TOPO_NVIDIA_DP,
+    "count-only": KUBE_NVIDIA_DP,
+    "naive": KUBE_FIRST_FREE,
+}
+"""Earlier names, still accepted."""
 GPU_PLUGIN = "GPUTopology"
 
 MIN_STEP = 1e-6
@@ -96,10 +116,17 @@ class JobRecord:
     quality: SetQuality | None = None
     free_mask: int | None = None  # the node's free GPUs when it was placed
     topology: Topology | None = None
+    run_seconds: float | None = None  # the duration stretched by the set's bandwidth
+    completed_at: float | None = None
 
     @property
     def wait(self) -> float | None:
         return None if self.bound_at is None else self.bound_at - self.job.arrival
+
+    @property
+    def completion_time(self) -> float | None:
+        """Arrival to completion (wait included)."""
+        return None if self.completed_at is None else self.completed_at - self.job.arrival
 
 
 @dataclass
@@ -158,14 +185,15 @@ class Simulation:
     ) -> None:
         from plugins import frameworks_for, gpu_resource
 
+        policy = POLICY_ALIASES.get(policy, policy)
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
         self.scenario = scenario
         self.policy = policy
-        # `topology-dp`: topo-scheduler's decisions on nodes whose device plugin ignores the
-        # recorded set and picks as NVIDIA's does (the stock device plugin does exactly that).
-        self.honors_gpu_set = policy != "topology-dp"
-        if policy in ("topology", "topology-dp"):
+        # topo-scheduler's decisions on nodes whose device plugin ignores the recorded set and
+        # picks as NVIDIA's does (the stock device plugin does exactly that).
+        self.honors_gpu_set = policy != TOPO_NVIDIA_DP
+        if policy in (TOPO, TOPO_NVIDIA_DP):
             self.config = config or default_config()
         else:
             self.config = count_only_config()
@@ -292,6 +320,7 @@ class Simulation:
     def _complete(self, key: str) -> None:
         record = self.records[key]
         record.state = "completed"
+        record.completed_at = self.now
         self.pod_objects.pop(key)
         pod = self._bound.pop(key)
         node = record.node
@@ -337,11 +366,17 @@ class Simulation:
         record.reason = None
         self.scheduled += 1
         self._pending_sizes[record.job.gpus] -= 1
+        run = record.job.duration
         if held and kubelet.topology is not None and free_before is not None:
             record.free_mask = free_before
             record.topology = kubelet.topology
             record.quality = self.quality.judge(kubelet.topology, free_before, held)
-        self._push(self.now + record.job.duration, COMPLETION, key)
+            best = self.quality.best_busbw_on_node(kubelet.topology, len(held))
+            run = stretched_duration(
+                run, record.job.comm_share, best, record.quality.busbw_gbps
+            )  # fmt: skip
+        record.run_seconds = run
+        self._push(self.now + run, COMPLETION, key)
 
     def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
         """The kubelet's admission and the device plugin's allocation; returns the GPUs."""
@@ -361,7 +396,7 @@ class Simulation:
         text = pod.annotations.get(ANNOTATION_GPUS)
         if text is not None and self.honors_gpu_set:
             gpus = parse_gpu_indices(text, pod=pod.key)
-        elif self.policy == "naive":
+        elif self.policy == KUBE_FIRST_FREE:
             gpus = mask_to_indices(free)[:count]
         else:
             gpus = device_plugin_set(kubelet.topology, free, count)

@@ -1,16 +1,15 @@
-"""How good a GPU set is: set score vs the best possible, NVLink, NUMA, all-reduce bandwidth.
+"""How good a GPU set is: its ring bus bandwidth and set score against the best possible set on
+the same node, NVLink, NUMA; and how long a job runs on it.
 
-Bandwidth model (docs/simulator.md): a job's all-reduce runs as one ring over its GPUs; the
-ring's speed is its slowest hop, and NCCL picks the fastest ring, so the estimate is
+Bandwidth: `scheduler.core.topology.bandwidth` (the model the scheduler chooses sets by; one
+ring, its slowest hop). Job time: a job spends a share `comm` of its best-case time in
+communication, which slows down in proportion to the bandwidth it lost:
 
-    busbw(set) = max over Hamiltonian cycles C of the set ( min over hops (a, b) in C of bw(a, b) )
+    run time = duration x ((1 - comm) + comm x best_busbw / busbw)
 
-with bw(a, b) = 25 GB/s per NVLink between a and b (per direction; NVLink 2, 3 and 4 all carry
-25 GB/s per link, so V100 NV2 = 50, A100 NV12 = 300, H100 NV18 = 450), else by the PCIe level
-of their common ancestor (PCIe 4.0 x16 peer-to-peer, per direction): BOARD 24, PIX 22, PXB 20,
-PHB 16, NODE 12, SYS 8 GB/s. This is NCCL's *bus* bandwidth for a single ring; real NCCL runs
-several rings at once on the DGX-1 mesh, so absolute V100 figures are pessimistic, but the
-comparison between sets on one node holds.
+where `duration` is the trace's time at `best_busbw`, the fastest set of the job's size on an
+empty node of the same type. Jobs spanning nodes ring over the inter-node link when it is
+slower than their GPUs' ring.
 """
 
 from __future__ import annotations
@@ -19,55 +18,30 @@ import itertools
 from dataclasses import dataclass
 
 from scheduler.core.topology.schema import Topology
-from scheduler.core.topology.scoring import DEFAULT_TABLE, PairMatrix, pair_matrix, set_score
+from scheduler.core.topology.scoring import DEFAULT_TABLE
 from scheduler.core.topology.select import GpuSelector
 
-__all__ = ["NVLINK_GBPS", "PCIE_GBPS", "QualityModel", "SetQuality", "link_gbps", "ring_gbps"]
-
-NVLINK_GBPS = 25.0
-"""Per NVLink, per direction (NVLink 2/3/4)."""
-PCIE_GBPS: dict[str | None, float] = {
-    "BOARD": 24.0,
-    "PIX": 22.0,
-    "PXB": 20.0,
-    "PHB": 16.0,
-    "NODE": 12.0,
-    "SYS": 8.0,
-    None: 8.0,
-}
-"""Peer-to-peer per PCIe common-ancestor level (PCIe 4.0 x16, per direction)."""
+__all__ = ["QualityModel", "SetQuality", "stretched_duration"]
 
 
-def link_gbps(topology: Topology, a: int, b: int) -> float:
-    """Estimated one-direction bandwidth between two GPUs of a node."""
-    link = topology.link(a, b)
-    if link.nvlinks:
-        return NVLINK_GBPS * link.nvlinks
-    level = link.pcie
-    if level is None:
-        na, nb = topology.gpus[a].numa_node, topology.gpus[b].numa_node
-        if na is not None and nb is not None:
-            level = "NODE" if na == nb else "SYS"
-    return PCIE_GBPS[level]
+def stretched_duration(
+    duration: float,
+    comm: float,
+    best_busbw: float | None,
+    busbw: float | None,
+    inter_node_busbw: float | None = None,
+) -> float:
+    """A job's run time on a set of `busbw` GB/s, given its `duration` at `best_busbw`.
 
-
-def ring_gbps(topology: Topology, gpus: tuple[int, ...]) -> float | None:
-    """Bus bandwidth of the best single ring over the set; None for fewer than 2 GPUs."""
-    if len(gpus) < 2:
-        return None
-    if len(gpus) == 2:
-        return link_gbps(topology, gpus[0], gpus[1])
-    bw = {(a, b): link_gbps(topology, a, b) for a in gpus for b in gpus if a != b}
-    first, rest = gpus[0], gpus[1:]
-    best = 0.0
-    for order in itertools.permutations(rest):
-        if order[0] > order[-1]:
-            continue  # each cycle once (its reverse is the same ring)
-        hops = (first, *order, first)
-        slowest = min(bw[hops[i], hops[i + 1]] for i in range(len(hops) - 1))
-        if slowest > best:
-            best = slowest
-    return best
+    `inter_node_busbw`: for a job spanning nodes, the inter-node bandwidth (its ring crosses
+    it). Without a bandwidth on either side (one GPU, a node without topology) the duration is
+    unchanged.
+    """
+    if inter_node_busbw is not None:
+        busbw = inter_node_busbw if busbw is None else min(busbw, inter_node_busbw)
+    if comm <= 0 or not best_busbw or not busbw:
+        return duration
+    return duration * ((1.0 - comm) + comm * best_busbw / busbw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,29 +53,36 @@ class SetQuality:
     all_nvlink: bool
     cross_numa: bool
     busbw_gbps: float | None
+    best_busbw_gbps: float | None = None
 
     @property
     def best_possible(self) -> bool:
-        return self.score >= self.best_score
+        """As fast as the best set, and as well connected by pair score (the selection order)."""
+        mine = (self.busbw_gbps or 0.0, self.score)
+        return mine >= (self.best_busbw_gbps or 0.0, self.best_score)
 
 
 class QualityModel:
-    """Judges GPU sets with the scheduler's default pair scores (cached per topology/set)."""
+    """Judges GPU sets with the scheduler's default pair scores and link bandwidths (cached)."""
 
     def __init__(self) -> None:
         self.selector = GpuSelector(DEFAULT_TABLE)
-        self._matrices: dict[str, PairMatrix] = {}
         self._cache: dict[tuple[str, int, tuple[int, ...]], SetQuality] = {}
-        self._rings: dict[tuple[str, tuple[int, ...]], float | None] = {}
-
-    def matrix(self, topology: Topology) -> PairMatrix:
-        found = self._matrices.get(topology.key)
-        if found is None:
-            found = self._matrices[topology.key] = pair_matrix(topology, DEFAULT_TABLE)
-        return found
+        self._best_on_node: dict[tuple[str, int], float | None] = {}
 
     def score(self, topology: Topology, gpus: tuple[int, ...]) -> int:
-        return set_score(self.matrix(topology), gpus)
+        return self.selector.compile(topology).score_of(sum(1 << g for g in gpus))
+
+    def busbw(self, topology: Topology, gpus: tuple[int, ...]) -> float | None:
+        return self.selector.busbw(topology, gpus)
+
+    def best_busbw_on_node(self, topology: Topology, size: int) -> float | None:
+        """The fastest ring of `size` GPUs on an empty node of this type."""
+        key = (topology.key, size)
+        if key not in self._best_on_node:
+            best = self.selector.best_set(topology, topology.allocatable_mask, size)
+            self._best_on_node[key] = best.busbw if best is not None else None
+        return self._best_on_node[key]
 
     def judge(self, topology: Topology, free_mask: int, gpus: tuple[int, ...]) -> SetQuality:
         """Quality of `gpus`, chosen when `free_mask` was free on a node with `topology`."""
@@ -110,14 +91,13 @@ class QualityModel:
         if found is not None:
             return found
         score = self.score(topology, gpus)
+        busbw = self.busbw(topology, gpus)
         best = self.selector.best_set(topology, free_mask, len(gpus))
         best_score = best.score if best is not None else score
+        best_busbw = best.busbw if best is not None else busbw
         pairs = itertools.combinations(gpus, 2)
         all_nvlink = all(topology.link(a, b).nvlinks > 0 for a, b in pairs)
         numas = {topology.gpus[g].numa_node for g in gpus}
-        ring_key = (topology.key, gpus)
-        if ring_key not in self._rings:
-            self._rings[ring_key] = ring_gbps(topology, gpus)
-        quality = SetQuality(score, best_score, all_nvlink, len(numas) > 1, self._rings[ring_key])
+        quality = SetQuality(score, best_score, all_nvlink, len(numas) > 1, busbw, best_busbw)
         self._cache[key] = quality
         return quality

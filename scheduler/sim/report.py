@@ -8,13 +8,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from scheduler.sim.engine import JobRecord, Sample, Simulation
+from scheduler.sim.engine import POLICY_DESCRIPTIONS, JobRecord, Sample, Simulation
 from scheduler.sim.scenario import Scenario
 
 __all__ = ["WALL_CLOCK_FIELDS", "document", "plot", "render_table", "summarize"]
 
 SERIES_POINTS = 100
-_STYLES = {"topology": "-", "topology-dp": "-.", "count-only": "--", "naive": ":"}
+_STYLES = {"topo+topo-dp": "-", "topo+nvidia-dp": "-.", "kube+nvidia-dp": "--",
+           "kube+first-free": ":"}  # fmt: skip
 WALL_CLOCK_FIELDS = frozenset(
     {"wall_seconds", "throughput_decisions_per_second", "runtime_seconds"}
 )
@@ -80,15 +81,36 @@ def _binned(
     return out
 
 
-def _wait_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
-    waits = [r.wait for r in records if r.wait is not None]
-    return {
-        "jobs": len(waits),
-        "mean": _round(_mean(waits)),
-        "p50": _round(_percentile(waits, 50)),
-        "p95": _round(_percentile(waits, 95)),
-        "max": _round(max(waits) if waits else None),
+def _distribution(values: Sequence[float], *, with_max: bool = False) -> dict[str, Any]:
+    stats = {
+        "jobs": len(values),
+        "mean": _round(_mean(values)),
+        "p50": _round(_percentile(values, 50)),
+        "p95": _round(_percentile(values, 95)),
     }
+    if with_max:
+        stats["max"] = _round(max(values) if values else None)
+    return stats
+
+
+def _wait_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
+    return _distribution([r.wait for r in records if r.wait is not None], with_max=True)
+
+
+def _completion_stats(records: Sequence[JobRecord]) -> dict[str, Any]:
+    times = [r.completion_time for r in records if r.completion_time is not None]
+    return _distribution(times)
+
+
+def _gpu_hours(records: Sequence[JobRecord]) -> float:
+    """GPU-hours held by jobs that ran (at their stretched run time)."""
+    return round(sum(r.job.gpus * (r.run_seconds or 0.0) for r in records) / 3600, 3)
+
+
+def _stretch(records: Sequence[JobRecord]) -> float | None:
+    """Mean run time over trace duration, jobs that ran."""
+    ratios = [r.run_seconds / r.job.duration for r in records if r.run_seconds is not None]
+    return _round(_mean(ratios), 4)
 
 
 def summarize(sim: Simulation) -> dict[str, Any]:
@@ -108,6 +130,9 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         by_size[str(size)] = {
             "jobs": len(group),
             "wait_seconds": _wait_stats(group),
+            "completion_seconds": _completion_stats(group),
+            "gpu_hours": _gpu_hours(group),
+            "run_time_stretch_mean": _stretch(group),
             "best_set_share": _share(sum(q.best_possible for q in placed), len(placed))
             if size > 1
             else None,
@@ -145,6 +170,9 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         "best_effort_gpu_job_wait_seconds": _wait_stats(
             [r for r in gpu_records if r.job.placement in (None, "best-effort")]
         ),
+        "gpu_job_completion_seconds": _completion_stats(gpu_records),
+        "gpu_hours": _gpu_hours(gpu_records),
+        "run_time_stretch_mean": _stretch([r for r in gpu_records if r.job.gpus > 1]),
         "by_gpus": by_size,
         "multi_gpu_jobs": len(qualities),
         "best_set_share": _share(sum(q.best_possible for q in qualities), len(qualities)),
@@ -176,21 +204,28 @@ def summarize(sim: Simulation) -> dict[str, Any]:
 
 
 def document(
-    scenario: Scenario, summaries: Mapping[str, Mapping[str, Any]], runtime: float
+    scenario: Scenario,
+    summaries: Mapping[str, Mapping[str, Any]],
+    runtime: float,
+    trace: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole JSON report."""
+    """The whole JSON report; `trace`: what a trace replay kept and left out."""
     gpu_jobs = sum(1 for j in scenario.jobs if j.gpus)
+    head: dict[str, Any] = {
+        "name": scenario.name,
+        "source": scenario.source,
+        "seed": scenario.seed,
+        "nodes": scenario.node_count,
+        "gpus": scenario.total_gpus,
+        "jobs": len(scenario.jobs),
+        "gpu_jobs": gpu_jobs,
+        "cpu_pods": len(scenario.jobs) - gpu_jobs,
+    }
+    if trace is not None:
+        head["trace"] = dict(trace)
     return {
-        "scenario": {
-            "name": scenario.name,
-            "source": scenario.source,
-            "seed": scenario.seed,
-            "nodes": scenario.node_count,
-            "gpus": scenario.total_gpus,
-            "jobs": len(scenario.jobs),
-            "gpu_jobs": gpu_jobs,
-            "cpu_pods": len(scenario.jobs) - gpu_jobs,
-        },
+        "scenario": head,
+        "policy_descriptions": {p: POLICY_DESCRIPTIONS[p] for p in summaries},
         "series_points": SERIES_POINTS,
         "policies": dict(summaries),
         "runtime_seconds": round(runtime, 3),
@@ -206,6 +241,10 @@ def _fmt(value: Any, kind: str = "") -> str:
         return f"{value:,.0f} s"
     if kind == "gbps":
         return f"{value:.1f} GB/s"
+    if kind == "h":
+        return f"{value:,.1f} h"
+    if kind == "x":
+        return f"{value:.3f}x"
     if isinstance(value, float):
         return f"{value:,.1f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
@@ -272,6 +311,19 @@ def render_table(doc: Mapping[str, Any]) -> str:
                 _size_field(size, "allreduce_busbw_gbps_mean"),
                 "gbps",
             )
+    row("job completion mean (GPU jobs)", lambda p: p["gpu_job_completion_seconds"]["mean"], "s")
+    for size in sizes:
+        if size != "0":
+            row(
+                f"  completion mean, {size}-GPU jobs",
+                _size_field(size, "completion_seconds", "mean"),
+                "s",
+            )
+    row("run time stretch (multi-GPU jobs)", lambda p: p["run_time_stretch_mean"], "x")
+    row("GPU-hours used", lambda p: p["gpu_hours"], "h")
+    for size in sizes:
+        if size != "0":
+            row(f"  GPU-hours, {size}-GPU jobs", _size_field(size, "gpu_hours"), "h")
     row("GPU utilization (mean)", lambda p: p["utilization"]["mean"], "pct")
     row(
         "time with GPU jobs pending",
@@ -288,7 +340,19 @@ def render_table(doc: Mapping[str, Any]) -> str:
     out = StringIO()
     console = Console(file=out, width=120, highlight=False)
     console.print(title, soft_wrap=True)
+    trace = sc.get("trace")
+    if trace:
+        console.print(
+            f"trace {trace['file']}: {trace['rows']} rows, {trace['jobs']} jobs replayed "
+            f"(window {trace['window']}); left out: {trace['outside_window']} outside the window, "
+            f"{trace['incomplete']} with empty arrival_s/duration_s/gpus, "
+            f"{trace['not_placeable']} not placeable (more than {trace['largest_node_gpus']} "
+            f"GPUs, the largest node; {trace['not_placeable_gpu_hours']:,.0f} GPU-hours)",
+            soft_wrap=True,
+        )
     console.print(table)
+    for name, text in doc.get("policy_descriptions", {}).items():
+        console.print(f"{name}: {text}", soft_wrap=True)
     for name, p in policies.items():
         for reason, count in list(p["pending_reasons"].items())[:3]:
             console.print(f"{name}: {count} pod(s) pending: {reason}", soft_wrap=True)

@@ -33,6 +33,8 @@ from scheduler.core.topology.schema import (
 )
 
 __all__ = [
+    "DEFAULT_COMM",
+    "DEFAULT_INTER_NODE_GBPS",
     "EPOCH",
     "GPU_RESOURCE",
     "SCHEDULER_NAME",
@@ -53,15 +55,22 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
-_NODE_FIELDS = {"name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint"}
+_NODE_FIELDS = {
+    "name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint",
+    "interNodeBandwidth",
+}  # fmt: skip
 _JOB_FIELDS = {
     "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
-    "placement", "priority", "count", "interval",
+    "placement", "priority", "count", "interval", "comm",
 }  # fmt: skip
 _GEN_FIELDS = {
     "generate", "namePrefix", "arrivals", "duration", "gpus", "cpu", "memory", "cpuPerGpu",
-    "memoryPerGpu", "placement", "priority",
+    "memoryPerGpu", "placement", "priority", "comm",
 }  # fmt: skip
+DEFAULT_COMM = 0.3
+"""Share of a multi-GPU job's best-case time spent in communication, unless it says."""
+DEFAULT_INTER_NODE_GBPS = 50.0
+"""Inter-node bandwidth per direction (e.g. 4 x 100 Gb/s NICs), unless the template says."""
 
 
 class ScenarioError(FieldError):
@@ -77,6 +86,7 @@ class NodeTemplate:
     taints: list[dict[str, str]]
     topology: Topology | None
     topology_name: str  # built-in name, "inline", or "" for no GPU topology
+    inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,14 @@ class Job:
     memory: str
     placement: str | None = None
     priority: int = 0
+    comm: float | None = None  # None: DEFAULT_COMM for multi-GPU jobs, 0 for the others
+
+    @property
+    def comm_share(self) -> float:
+        """Share of the best-case run time spent in communication."""
+        if self.comm is not None:
+            return self.comm
+        return DEFAULT_COMM if self.gpus > 1 else 0.0
 
     def pod_object(self, scheduler_name: str = SCHEDULER_NAME) -> dict[str, Any]:
         """The Pod as a user would submit it to the topo-scheduler."""
@@ -167,6 +185,11 @@ class Scenario:
     def node_count(self) -> int:
         return sum(t.count for t in self.templates)
 
+    @property
+    def largest_node_gpus(self) -> int:
+        """GPUs of the largest node: a one-pod job asking more can never be placed."""
+        return max((int(t.resources.get(GPU_RESOURCE, "0")) for t in self.templates), default=0)
+
 
 # ---------------------------------------------------------------------------- field helpers
 
@@ -225,6 +248,15 @@ def _name(value: Any, path: str) -> str:
     if not ok or name.lower() != name:
         raise ScenarioError(f"{path}: {name!r} is not a valid name (lowercase, digits, '-', '.')")
     return name
+
+
+def _comm(value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    share = _number(value, path)
+    if share > 1:
+        raise ScenarioError(f"{path}: must be between 0 and 1, got {value!r}")
+    return share
 
 
 def _placement(value: Any, path: str) -> str | None:
@@ -318,7 +350,13 @@ def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
     if gpu_taint and resource_value(GPU_RESOURCE, resources.get(GPU_RESOURCE, "0")) > 0:
         taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
         labels.setdefault("nvidia.com/gpu.present", "true")
-    return NodeTemplate(name, count, resources, labels, taints, topology, topology_name)
+    inter_node = _number(
+        data.get("interNodeBandwidth"), f"{path}.interNodeBandwidth",
+        default=DEFAULT_INTER_NODE_GBPS,
+    )  # fmt: skip
+    if inter_node <= 0:
+        raise ScenarioError(f"{path}.interNodeBandwidth: must be > 0 (GB/s), got {inter_node:g}")
+    return NodeTemplate(name, count, resources, labels, taints, topology, topology_name, inter_node)
 
 
 # ---------------------------------------------------------------------------- jobs
@@ -347,6 +385,7 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
     cpu, memory = _requests(data, path, gpus)
     placement = _placement(data.get("placement"), f"{path}.placement")
     priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
+    comm = _comm(data.get("comm"), f"{path}.comm")
     return [
         Job(
             name if count == 1 else f"{name}-{k}",
@@ -357,6 +396,7 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
             memory,
             placement,
             priority,
+            comm,
         )
         for k in range(count)
     ]
@@ -406,6 +446,7 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
     if sum(s for _, s in placements) > 1:
         raise ScenarioError(f"{path}.placement: shares add up to more than 1")
     priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
+    comm = _comm(data.get("comm"), f"{path}.comm")
     rng = random.Random(f"{seed}/{index}")
     size_values = [k for k, _ in sizes]
     size_weights = [w for _, w in sizes]
@@ -436,6 +477,7 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
                 memory,
                 placement,
                 priority,
+                comm,
             )
         )
     return jobs
@@ -444,8 +486,12 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
 # ---------------------------------------------------------------------------- loading
 
 
-def parse_scenario(data: Any, *, source: str = "<scenario>", seed: int | None = None) -> Scenario:
-    """Validate a decoded scenario and expand it; `seed` overrides the scenario's own."""
+def parse_scenario(
+    data: Any, *, source: str = "<scenario>", seed: int | None = None, jobs_required: bool = True
+) -> Scenario:
+    """Validate a decoded scenario and expand it; `seed` overrides the scenario's own.
+
+    `jobs_required=False`: the scenario may have no `jobs` (a cluster for a trace replay)."""
     top = _mapping(data, "scenario", required=True)
     _no_unknown(top, _TOP_FIELDS, "")
     name = _string(top.get("name"), "name", default=Path(source).stem or "scenario")
@@ -458,7 +504,9 @@ def parse_scenario(data: Any, *, source: str = "<scenario>", seed: int | None = 
     seen: set[str] = set()
     templates = [_node_template(raw, i, seen) for i, raw in enumerate(raw_nodes)]
     raw_jobs = top.get("jobs")
-    if not isinstance(raw_jobs, list) or not raw_jobs:
+    if raw_jobs is None and not jobs_required:
+        raw_jobs = []
+    elif not isinstance(raw_jobs, list) or (not raw_jobs and jobs_required):
         raise ScenarioError("jobs: must be a non-empty list of jobs or job generators")
     jobs: list[Job] = []
     for i, raw in enumerate(raw_jobs):
@@ -477,7 +525,9 @@ def parse_scenario(data: Any, *, source: str = "<scenario>", seed: int | None = 
     return Scenario(name, used_seed, templates, jobs, description, source)
 
 
-def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path, *, seed: int | None = None, jobs_required: bool = True
+) -> Scenario:
     """Read and validate a scenario file; errors start with the file name and the field."""
     source = str(path)
     try:
@@ -489,7 +539,7 @@ def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
     try:
-        return parse_scenario(data, source=source, seed=seed)
+        return parse_scenario(data, source=source, seed=seed, jobs_required=jobs_required)
     except ScenarioError as exc:
         raise ScenarioError(f"{source}: {exc}") from None
 

@@ -118,22 +118,24 @@ def test_cli_json_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*args, "--plot", str(png)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert list(doc["policies"]) == ["topology", "topology-dp", "count-only", "naive"]
+    assert list(doc["policies"]) == [
+        "topo+topo-dp", "topo+nvidia-dp", "kube+nvidia-dp", "kube+first-free"
+    ]  # fmt: skip
     assert doc["scenario"] == {
         "name": "tiny", "source": path, "seed": 4, "nodes": 3, "gpus": 16, "jobs": 23,
         "gpu_jobs": 22, "cpu_pods": 1,
     }  # fmt: skip
-    topo = doc["policies"]["topology"]
+    topo = doc["policies"]["topo+topo-dp"]
     default_weight = dict(DEFAULT_PLUGINS)["GPUTopology"]
     assert topo["gpu_topology_weight"] == default_weight
-    assert doc["policies"]["count-only"]["gpu_topology_weight"] is None
+    assert doc["policies"]["kube+nvidia-dp"]["gpu_topology_weight"] is None
     assert topo["pods"]["scheduled"] == 23 and topo["pods"]["completed"] == 23
     assert topo["best_set_share"] == 1.0
     assert len(topo["utilization"]["series"]) == doc["series_points"]
     assert 0 < topo["utilization"]["mean"] <= 1
     assert main(["simulate", path, "--policy", "both"]) == 0
     table = capsys.readouterr().out
-    assert "on a best-possible GPU set" in table and "count-only" in table
+    assert "on a best-possible GPU set" in table and "kube+nvidia-dp" in table
 
 
 def test_config_sets_the_topology_weight(
@@ -150,7 +152,7 @@ def test_config_sets_the_topology_weight(
     args = ["simulate", _write(tmp_path, TINY), "--policy", "topology", "--output", "json"]
     assert main([*args, "--config", _write(tmp_path, config, "config.yaml")]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["policies"]["topology"]["gpu_topology_weight"] == 20
+    assert doc["policies"]["topo+topo-dp"]["gpu_topology_weight"] == 20
 
 
 def test_bundled_and_example_scenarios_load() -> None:

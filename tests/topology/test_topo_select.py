@@ -3,6 +3,7 @@ MIG and unhealthy GPUs, 16-GPU nodes, caching."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from dataclasses import replace
@@ -19,6 +20,7 @@ from scheduler.core.topology import (
     builtin_topology,
     pair_matrix,
 )
+from scheduler.core.topology.bandwidth import LinkBandwidth, bandwidth_matrix
 
 EIGHT = ["dgx1-v100", "dgx-a100", "dgx-h100", "pcie-8gpu-2socket"]
 
@@ -36,23 +38,51 @@ def _allowed(topology: Topology, gpus: tuple[int, ...], placement: Placement) ->
     return True
 
 
+@functools.cache
+def _bandwidth(topology: Topology) -> tuple[tuple[float, ...], ...]:
+    return bandwidth_matrix(topology)
+
+
+def _has_ring(bw: tuple[tuple[float, ...], ...], gpus: tuple[int, ...], floor: float) -> bool:
+    """Depth-first search for a cycle through every GPU of the set on links >= floor."""
+    start = gpus[0]
+
+    def extend(at: int, left: frozenset[int]) -> bool:
+        if not left:
+            return bw[at][start] >= floor
+        return any(bw[at][g] >= floor and extend(g, left - {g}) for g in left)
+
+    return extend(start, frozenset(gpus[1:]))
+
+
+def brute_ring(topology: Topology, gpus: tuple[int, ...]) -> float:
+    """Best single ring over the set: the fastest link floor that still closes a cycle through
+    every GPU, found by search (0 for one GPU; a pair's ring is its link)."""
+    bw = _bandwidth(topology)
+    if len(gpus) < 2:
+        return 0.0
+    floors = sorted({bw[a][b] for a, b in itertools.combinations(gpus, 2)}, reverse=True)
+    return next(t for t in floors if _has_ring(bw, gpus, t))
+
+
 def brute_force(
     topology: Topology, free_mask: int, size: int, placement: Placement = Placement.BEST_EFFORT
 ) -> tuple[int, ...] | None:
-    """The specification, literally: max set score, then leftover score, then lowest indices."""
+    """The specification, literally: max ring busbw, then set score, then leftover score, then
+    lowest indices."""
     matrix = pair_matrix(topology)
     free = [
         g.index
         for g in topology.gpus
         if free_mask >> g.index & 1 and g.healthy and not g.mig_enabled
     ]
-    best: tuple[int, int] | None = None
+    best: tuple[float, int, int] | None = None
     chosen = None
     for combo in itertools.combinations(free, size):  # lexicographic: first max = lowest
         if not _allowed(topology, combo, placement):
             continue
         rest = tuple(g for g in free if g not in combo)
-        key = (_score(matrix, combo), _score(matrix, rest))
+        key = (brute_ring(topology, combo), _score(matrix, combo), _score(matrix, rest))
         if best is None or key > best:
             best, chosen = key, combo
     return chosen
@@ -198,8 +228,14 @@ def test_custom_table_changes_choice() -> None:
     free = 0b00110110  # 1, 2 | 4, 5: pairs 4-5 (PIX) and 1-2 (NODE)
     default = GpuSelector().best_set(topology, free, 2)
     assert default is not None and default.gpus == (4, 5)
+    # The pair scores only break ties of bandwidth: 4-5 is still the faster pair.
     flat = GpuSelector(PairScoreTable(pix=20, node=20)).best_set(topology, free, 2)
-    assert flat is not None and flat.gpus == (1, 2)  # now tied: lowest indices
+    assert flat is not None and flat.gpus == (4, 5)
+    same_speed = LinkBandwidth(pix=12.0)
+    flat = GpuSelector(PairScoreTable(pix=20, node=20), bandwidth=same_speed)
+    chosen = flat.best_set(topology, free, 2)
+    assert chosen is not None and chosen.gpus == (1, 2)  # now tied: lowest indices
+    assert chosen.busbw == 12.0
 
 
 def test_greedy_fallback_above_sixteen() -> None:

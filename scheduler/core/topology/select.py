@@ -1,15 +1,17 @@
 """Best GPU set on a node: exact search over bitmasks, precomputed per topology, cached.
 
-Among the free allocatable GPUs (healthy, not in MIG mode) the chosen set of the requested
-size has the highest set score; ties go to the set that leaves the remaining free GPUs best
-connected (highest set score among them), then to the lowest indices. For a single GPU every
-set scores 0, so the pick is the free GPU whose loss costs the others least, which keeps
-NVLink pairs and quads whole.
+Among the free allocatable GPUs (healthy, not in MIG mode) meeting the placement policy, the
+chosen set of the requested size has the highest ring bus bandwidth (`bandwidth.py`: what an
+all-reduce over it can reach); ties go to the highest set score (sum of pair scores), then to
+the set that leaves the remaining free GPUs best connected (highest set score among them),
+then to the lowest indices. For a single GPU there is no ring and every set scores 0, so the
+pick is the free GPU whose loss costs the others least, which keeps NVLink pairs and quads
+whole.
 
-Per topology (many nodes share one) the set score of every subset is precomputed with numpy,
-so a query is a filter over the subsets of the requested size; answers are cached by
-(topology, free mask, size, placement). Exact up to MAX_EXACT_GPUS GPUs; larger nodes use a
-greedy search (Selection.exact is False).
+Per topology (many nodes share one) the set score and the busbw of every subset are
+precomputed with numpy, so a query is a filter over the subsets of the requested size; answers
+are cached by (topology, free mask, size, placement). Exact up to MAX_EXACT_GPUS GPUs; larger
+nodes use a greedy search (Selection.exact is False).
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.core.topology.bandwidth import (
+    DEFAULT_BANDWIDTH,
+    BandwidthMatrix,
+    LinkBandwidth,
+    bandwidth_matrix,
+    ring_busbw,
+    ring_busbw_all,
+)
 from scheduler.core.topology.device_plugin import device_plugin_set
 from scheduler.core.topology.schema import Placement, Topology
 from scheduler.core.topology.scoring import (
@@ -38,17 +48,20 @@ MAX_EXACT_GPUS = 16
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class Selection:
-    """A chosen GPU set: indices, bitmask, its set score, and the score left to the others."""
+    """A chosen GPU set: indices, bitmask, its set score, the score left to the others, and
+    its ring bus bandwidth in GB/s (None for one GPU)."""
 
     gpus: tuple[int, ...]
     mask: int
     score: int
     leftover_score: int
     exact: bool = True
+    busbw: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,12 +82,22 @@ class CompiledTopology:
     nvlink_clique: BoolArray
     single_numa: BoolArray
     lex_rank: IntArray
+    bandwidth: BandwidthMatrix
+    busbw: FloatArray
 
     def score_of(self, mask: int) -> int:
         """Set score of a bitmask."""
         if self.size <= MAX_EXACT_GPUS:
             return int(self.set_scores[mask])
         return set_score(self.matrix, mask_to_indices(mask))
+
+    def busbw_of(self, mask: int) -> float | None:
+        """Ring bus bandwidth of a bitmask (GB/s); None for one GPU or a set too big to ring."""
+        if mask & (mask - 1) == 0:
+            return None
+        if self.size <= MAX_EXACT_GPUS:
+            return float(self.busbw[mask])
+        return ring_busbw(self.bandwidth, mask_to_indices(mask))
 
     def satisfies(self, mask: int, placement: Placement) -> bool:
         """Whether a GPU set meets the placement policy."""
@@ -87,9 +110,14 @@ class CompiledTopology:
         return True
 
 
-def compile_topology(topology: Topology, table: PairScoreTable = DEFAULT_TABLE) -> CompiledTopology:
+def compile_topology(
+    topology: Topology,
+    table: PairScoreTable = DEFAULT_TABLE,
+    bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH,
+) -> CompiledTopology:
     """Build the search tables of a topology from its graph model."""
     n = topology.size
+    links = bandwidth_matrix(topology, bandwidth)
     graph = topology_graph(topology, table)
     weights = nx.to_numpy_array(graph, nodelist=range(n), weight="weight", dtype=np.int64)
     matrix: PairMatrix = tuple(tuple(int(v) for v in row) for row in weights)
@@ -104,10 +132,11 @@ def compile_topology(topology: Topology, table: PairScoreTable = DEFAULT_TABLE) 
     numa_masks = tuple(groups[k] for k in sorted(groups))
     empty_i: IntArray = np.zeros(0, dtype=np.int64)
     empty_b: BoolArray = np.zeros(0, dtype=np.bool_)
+    empty_f: FloatArray = np.zeros(0, dtype=np.float64)
     if n > MAX_EXACT_GPUS:
         return CompiledTopology(
             topology.key, n, matrix, topology.allocatable_mask, adjacency, numa_masks,
-            empty_i, (), empty_b, empty_b, empty_i,
+            empty_i, (), empty_b, empty_b, empty_i, links, empty_f,
         )  # fmt: skip
     masks: IntArray = np.arange(1 << n, dtype=np.int64)
     bits: IntArray = (masks[None, :] >> np.arange(n, dtype=np.int64)[:, None]) & 1
@@ -123,11 +152,12 @@ def compile_topology(topology: Topology, table: PairScoreTable = DEFAULT_TABLE) 
     for group in numa_masks:
         single |= (masks & (full & ~group)) == 0
     lex: IntArray = (bits << np.arange(n - 1, -1, -1, dtype=np.int64)[:, None]).sum(axis=0)
-    for array in (scores, clique, single, lex, *by_size):
+    busbw = ring_busbw_all(links)
+    for array in (scores, clique, single, lex, busbw, *by_size):
         array.flags.writeable = False
     return CompiledTopology(
         topology.key, n, matrix, topology.allocatable_mask, adjacency, numa_masks,
-        scores, by_size, clique, single, lex,
+        scores, by_size, clique, single, lex, links, busbw,
     )  # fmt: skip
 
 
@@ -175,10 +205,12 @@ class GpuSelector:
         self,
         table: PairScoreTable = DEFAULT_TABLE,
         *,
+        bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH,
         max_topologies: int = 64,
         max_answers: int = 200_000,
     ) -> None:
         self.table = table
+        self.bandwidth = bandwidth
         self.stats = SelectorStats()
         self._compiled: _Lru[str, CompiledTopology] = _Lru(max_topologies)
         self._answers: _Lru[tuple[str, int, int, Placement], Selection | None] = _Lru(max_answers)
@@ -189,10 +221,14 @@ class GpuSelector:
         found, compiled = self._compiled.get(topology.key)
         if found and compiled is not None:
             return compiled
-        compiled = compile_topology(topology, self.table)
+        compiled = compile_topology(topology, self.table, self.bandwidth)
         self.stats.compiled += 1
         self._compiled.put(topology.key, compiled)
         return compiled
+
+    def busbw(self, topology: Topology, gpus: tuple[int, ...]) -> float | None:
+        """Ring bus bandwidth of a GPU set on a topology (GB/s; None for one GPU)."""
+        return self.compile(topology).busbw_of(sum(1 << g for g in set(gpus)))
 
     def best_set(
         self,
@@ -231,14 +267,17 @@ class GpuSelector:
         self.stats.candidates += int(candidates.size)
         if candidates.size == 0:
             return None
+        busbw = c.busbw[candidates]
+        candidates = candidates[busbw == busbw.max()]
         scores = c.set_scores[candidates]
         candidates = candidates[scores == scores.max()]
         leftover = c.set_scores[free ^ candidates]
         candidates = candidates[leftover == leftover.max()]
         mask = int(candidates[int(np.argmax(c.lex_rank[candidates]))])
         return Selection(
-            mask_to_indices(mask), mask, int(c.set_scores[mask]), int(c.set_scores[free ^ mask])
-        )
+            mask_to_indices(mask), mask, int(c.set_scores[mask]), int(c.set_scores[free ^ mask]),
+            busbw=c.busbw_of(mask),
+        )  # fmt: skip
 
     def _greedy(
         self, c: CompiledTopology, free: int, size: int, placement: Placement
@@ -246,7 +285,7 @@ class GpuSelector:
         free_list = mask_to_indices(free)
         if size <= 0 or len(free_list) < size:
             return None
-        best: tuple[int, int, tuple[int, ...]] | None = None
+        best: tuple[float, int, int, tuple[int, ...]] | None = None
         for seed in free_list:
             chosen = [seed]
             mask = 1 << seed
@@ -265,13 +304,16 @@ class GpuSelector:
             if len(chosen) < size or not c.satisfies(mask, placement):
                 continue
             indices = tuple(sorted(chosen))
-            key = (c.score_of(mask), c.score_of(free ^ mask), tuple(-i for i in indices))
-            if best is None or key > (best[0], best[1], tuple(-i for i in best[2])):
-                best = (key[0], key[1], indices)
+            ring = c.busbw_of(mask) or 0.0
+            key = (ring, c.score_of(mask), c.score_of(free ^ mask), tuple(-i for i in indices))
+            if best is None or key > (*best[:3], tuple(-i for i in best[3])):
+                best = (ring, key[1], key[2], indices)
         if best is None:
             return None
-        mask = sum(1 << i for i in best[2])
-        return Selection(best[2], mask, best[0], best[1], exact=False)
+        mask = sum(1 << i for i in best[3])
+        return Selection(
+            best[3], mask, best[1], best[2], exact=False, busbw=c.busbw_of(mask)
+        )  # fmt: skip
 
     def device_plugin_set(self, topology: Topology, free_mask: int, size: int) -> tuple[int, ...]:
         """NVIDIA device plugin's default pick (see device_plugin.device_plugin_set), cached."""

@@ -1,0 +1,224 @@
+"""Job traces in the neutral CSV format, replayed on a scenario's nodes.
+
+    job,arrival_s,duration_s,gpus,workers,gpu_model,status
+
+One row per job (docs/simulator.md): `arrival_s` seconds from the trace's start, `duration_s`
+its run time, `gpus` its GPUs in all, `workers` the nodes it ran on, `gpu_model` and `status`
+as the source says. Any cell may be empty. A row with an empty `arrival_s`, `duration_s` or
+`gpus` cannot be replayed and is counted, not run; a job asking more GPUs than the largest node
+has is counted as not placeable (jobs spanning nodes need gang scheduling, not built yet).
+`workers`, `gpu_model` and `status` are read and checked but do not change the replay: every
+job runs as one pod for its duration (stretched by its GPU set's bandwidth, as any job).
+Errors name the file, the line (the header is line 1) and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from scheduler.sim.scenario import Job, Scenario, ScenarioError
+
+__all__ = [
+    "TRACE_COLUMNS",
+    "TraceReplay",
+    "TraceRow",
+    "load_trace",
+    "parse_window",
+    "replay_on",
+]
+
+TRACE_COLUMNS = ("job", "arrival_s", "duration_s", "gpus", "workers", "gpu_model", "status")
+CPU_MILLIS_BASE, CPU_MILLIS_PER_GPU = 1000, 4000
+MEMORY_GIB_BASE, MEMORY_GIB_PER_GPU = 4, 16
+"""What a trace job's pod requests (traces carry no CPU or memory figures): 1 CPU and 4 GiB,
+plus 4 CPUs and 16 GiB per GPU."""
+N = TypeVar("N", int, float)
+MIN_DURATION = 1.0
+"""Rows of 0 seconds run this long (a pod that starts and stops)."""
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One CSV row, checked; None where the cell is empty."""
+
+    line: int
+    job: str
+    arrival: float | None
+    duration: float | None
+    gpus: int | None
+    workers: int | None
+    gpu_model: str
+    status: str
+
+
+@dataclass
+class TraceReplay:
+    """The jobs a trace contributes to a replay, and what it left out."""
+
+    file: str
+    window: tuple[float, float | None]
+    rows: int = 0
+    jobs: list[Job] = field(default_factory=list)
+    outside_window: int = 0
+    incomplete: int = 0
+    not_placeable: int = 0
+    not_placeable_gpu_hours: float = 0.0
+    largest_node_gpus: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        start, end = self.window
+        return {
+            "file": self.file,
+            "window": f"{start:g}:{'' if end is None else f'{end:g}'}",
+            "rows": self.rows,
+            "jobs": len(self.jobs),
+            "outside_window": self.outside_window,
+            "incomplete": self.incomplete,
+            "not_placeable": self.not_placeable,
+            "not_placeable_gpu_hours": round(self.not_placeable_gpu_hours, 1),
+            "largest_node_gpus": self.largest_node_gpus,
+        }
+
+
+def _cell(
+    text: str, where: str, column: str, parse: Callable[[str], N], minimum: N, what: str
+) -> N | None:
+    """A checked cell: None when empty, else `parse(text)` >= minimum (finite)."""
+    if text == "":
+        return None
+    problem = f"{where}: {column}: must be {what}, got {text!r}"
+    try:
+        value = parse(text)
+    except ValueError:
+        raise ScenarioError(problem) from None
+    if not math.isfinite(value) or value < minimum:
+        raise ScenarioError(problem)
+    return value
+
+
+def _seconds(text: str, where: str, column: str) -> float | None:
+    return _cell(text, where, column, float, 0.0, "a finite number of seconds >= 0")
+
+
+def _count(text: str, where: str, column: str, minimum: int) -> int | None:
+    return _cell(text, where, column, int, minimum, f"an integer >= {minimum}")
+
+
+def load_trace(path: str | Path) -> list[TraceRow]:
+    """Read and check a trace CSV; errors: `FILE: line N: COLUMN: problem`."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{source}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{source}: not a UTF-8 text file") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[TraceRow] = []
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise ScenarioError(f"{source}: line 1: empty file (expected the header)")
+        header = [h.strip() for h in header]
+        missing = [c for c in TRACE_COLUMNS if c not in header]
+        if missing:
+            raise ScenarioError(
+                f"{source}: line 1: header lacks column(s) {', '.join(missing)} "
+                f"(expected {','.join(TRACE_COLUMNS)})"
+            )
+        at = {name: header.index(name) for name in TRACE_COLUMNS}
+        for cells in reader:
+            line = reader.line_num
+            if not cells:
+                continue
+            where = f"{source}: line {line}"
+            if len(cells) != len(header):
+                raise ScenarioError(f"{where}: expected {len(header)} cells, got {len(cells)}")
+            cell = {name: cells[i].strip() for name, i in at.items()}
+            rows.append(
+                TraceRow(
+                    line,
+                    cell["job"],
+                    _seconds(cell["arrival_s"], where, "arrival_s"),
+                    _seconds(cell["duration_s"], where, "duration_s"),
+                    _count(cell["gpus"], where, "gpus", 0),
+                    _count(cell["workers"], where, "workers", 1),
+                    cell["gpu_model"],
+                    cell["status"],
+                )
+            )
+    except csv.Error as exc:
+        raise ScenarioError(f"{source}: line {reader.line_num}: {exc}") from None
+    return rows
+
+
+def parse_window(text: str) -> tuple[float, float | None]:
+    """`START:END` seconds after the trace's first arrival; either side may be empty."""
+    start_text, sep, end_text = text.partition(":")
+    if not sep:
+        raise ScenarioError(f"--window: {text!r}: expected START:END in seconds, e.g. 0:86400")
+    problem = f"--window: {text!r}: START and END must be numbers of seconds"
+    try:
+        start = float(start_text) if start_text.strip() else 0.0
+        end = float(end_text) if end_text.strip() else None
+    except ValueError:
+        raise ScenarioError(problem) from None
+    if not math.isfinite(start) or start < 0 or (end is not None and not end > start):
+        raise ScenarioError(f"--window: {text!r}: need 0 <= START < END")
+    return start, end
+
+
+_NOT_NAME = re.compile(r"[^a-z0-9.-]+")
+
+
+def _job_name(row: TraceRow, seen: set[str]) -> str:
+    """A valid, unique pod name from the job cell (`row-N` when empty)."""
+    name = _NOT_NAME.sub("-", row.job.lower()).strip("-.")[:200] or f"row-{row.line}"
+    if name in seen:
+        name = f"{name}-line{row.line}"
+    seen.add(name)
+    return name
+
+
+def replay_on(
+    scenario: Scenario, rows: list[TraceRow], file: str, window: tuple[float, float | None]
+) -> TraceReplay:
+    """The scenario's own jobs plus the trace's (in the window, shifted so START is time 0)."""
+    replay = TraceReplay(file, window, rows=len(rows))
+    replay.largest_node_gpus = scenario.largest_node_gpus
+    arrivals = [r.arrival for r in rows if r.arrival is not None]
+    first = min(arrivals, default=0.0)
+    start, end = window
+    seen = {j.name for j in scenario.jobs}
+    for row in rows:
+        if row.arrival is None or row.duration is None or row.gpus is None:
+            replay.incomplete += 1
+            continue
+        offset = row.arrival - first
+        if offset < start or (end is not None and offset >= end):
+            replay.outside_window += 1
+            continue
+        if row.gpus > replay.largest_node_gpus:
+            replay.not_placeable += 1
+            replay.not_placeable_gpu_hours += row.gpus * row.duration / 3600
+            continue
+        gpus = row.gpus
+        replay.jobs.append(
+            Job(
+                _job_name(row, seen),
+                round(offset - start, 3),
+                max(MIN_DURATION, row.duration),
+                gpus,
+                f"{CPU_MILLIS_BASE + gpus * CPU_MILLIS_PER_GPU}m",
+                f"{MEMORY_GIB_BASE + gpus * MEMORY_GIB_PER_GPU}Gi",
+            )
+        )
+    scenario.jobs = sorted([*scenario.jobs, *replay.jobs], key=lambda j: (j.arrival, j.name))
+    return replay
