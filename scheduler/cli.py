@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from scheduler.core.topology.schema import GPU_RESOURCE
+
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the scheduler in a cluster")
@@ -120,7 +122,7 @@ def _add_device_plugin(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock")
     p.add_argument(
         "--resource-name",
-        default="nvidia.com/gpu",
+        default=GPU_RESOURCE,
         help="extended resource to serve; must equal the scheduler profile's GPU resource",
     )
     p.add_argument(

@@ -24,6 +24,7 @@ from scheduler.agent.podresources import (
 from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_TOPOLOGY,
+    GPU_RESOURCE,
     format_assignments,
     format_topology,
     topology_from_dict,
@@ -49,7 +50,7 @@ class AgentConfig:
     node_name: str
     interval: float = 60.0
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    resource_name: str = "nvidia.com/gpu"
+    resource_name: str = GPU_RESOURCE
     min_backoff: float = 1.0
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from scheduler.core.topology.schema import GPU_RESOURCE
+
 LIST_METHOD = "/v1.PodResourcesLister/List"
 SERVICE_NAME = "v1.PodResourcesLister"
 
@@ -206,7 +208,7 @@ def gpu_assignments(
     pods: Sequence[PodResources],
     uuid_to_index: dict[str, int],
     pod_uids: dict[tuple[str, str], str],
-    resource_name: str = "nvidia.com/gpu",
+    resource_name: str = GPU_RESOURCE,
 ) -> dict[str, tuple[int, ...]]:
     """Pod UID -> GPU indices held, from device IDs (GPU UUIDs) of `resource_name`.
 

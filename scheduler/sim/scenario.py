@@ -25,6 +25,7 @@ from scheduler.core.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
 from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
+    GPU_RESOURCE,
     Placement,
     Topology,
     TopologyError,
@@ -47,7 +48,6 @@ __all__ = [
     "parse_scenario",
 ]
 
-GPU_RESOURCE = "nvidia.com/gpu"
 SCHEDULER_NAME = "topo-scheduler"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""

@@ -29,6 +29,7 @@ from scheduler.agent.deviceplugin.admission import (
 from scheduler.agent.deviceplugin.health import Inventory
 from scheduler.agent.deviceplugin.kube import Mismatch
 from scheduler.agent.podresources import PodResources, PodResourcesError
+from scheduler.core.topology.schema import GPU_RESOURCE
 from scheduler.core.topology.select import GpuSelector
 
 log = logging.getLogger("topo_scheduler.device_plugin")
@@ -106,7 +107,7 @@ class DevicePlugin:
         reports: Reports,
         counters: Counters,
         *,
-        resource_name: str = "nvidia.com/gpu",
+        resource_name: str = GPU_RESOURCE,
         strategy: DeviceListStrategy = DeviceListStrategy.ENVVAR,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

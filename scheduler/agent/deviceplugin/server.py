@@ -22,6 +22,7 @@ import grpc
 from scheduler.agent.deviceplugin.health import Inventory
 from scheduler.agent.deviceplugin.plugin import AllocationError, DevicePlugin
 from scheduler.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from scheduler.core.topology.schema import GPU_RESOURCE
 
 log = logging.getLogger("topo_scheduler.device_plugin")
 
@@ -118,7 +119,7 @@ class ServerConfig:
 
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     socket_name: str = "topo-scheduler-gpu.sock"
-    resource_name: str = "nvidia.com/gpu"
+    resource_name: str = GPU_RESOURCE
     poll_interval: float = 1.0
     register_timeout: float = 5.0
 
