@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from plugins._args import string_list
 from scheduler.core.config import ConfigError, strict_mapping
 from scheduler.core.framework import (
     SKIP,
@@ -76,15 +77,18 @@ def reason_for(placement: Placement, count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GPUTopologyArgs:
-    """Plugin args: the GPU resource name and the pair-score table."""
+    """Plugin args: the GPU resource name, the pair-score table and the network topology
+    levels (node label keys, widest first) that pod groups are placed in."""
 
     resource_name: str = DEFAULT_RESOURCE
     pair_scores: PairScoreTable = DEFAULT_TABLE
+    topology_levels: tuple[str, ...] = ()
 
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
-    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...})."""
-    data = strict_mapping(raw, path, {"resourceName", "pairScores"})
+    """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...}),
+    `topologyLevels` ([node label key, ...], widest first)."""
+    data = strict_mapping(raw, path, {"resourceName", "pairScores", "topologyLevels"})
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")
@@ -92,7 +96,19 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
         table = PairScoreTable.from_args(data.get("pairScores"), path=f"{path}.pairScores")
     except TopologyError as exc:
         raise ConfigError(str(exc)) from None
-    return GPUTopologyArgs(resource, table)
+    return GPUTopologyArgs(resource, table, topology_levels(data.get("topologyLevels"), path))
+
+
+def topology_levels(raw: Any, path: str) -> tuple[str, ...]:
+    """`topologyLevels`: distinct, non-empty node label keys, widest first."""
+    levels = string_list(raw, f"{path}.topologyLevels")
+    for i, key in enumerate(levels):
+        where = f"{path}.topologyLevels[{i}]"
+        if not key.strip() or any(c.isspace() for c in key):
+            raise ConfigError(f"{where}: must be a node label key, got {key!r}")
+        if key in levels[:i]:
+            raise ConfigError(f'{where}: Duplicate value: "{key}"')
+    return levels
 
 
 @dataclass(frozen=True, slots=True)
