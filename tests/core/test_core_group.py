@@ -162,7 +162,9 @@ def test_a_fourth_node_lets_the_whole_group_in() -> None:
 
 def test_two_gangs_on_three_nodes_are_never_both_half_placed() -> None:
     c = Cluster([gpu_node(f"n{i}") for i in range(3)])
-    c.add(*(member(f"a{i}", "a", 2) for i in range(2)), *(member(f"b{i}", "b", 2) for i in range(2)))
+    c.add(
+        *(member(f"a{i}", "a", 2) for i in range(2)), *(member(f"b{i}", "b", 2) for i in range(2))
+    )
     c.run()
     a = [k for k in c.bound if "/a" in k]
     b = [k for k in c.bound if "/b" in k]
@@ -175,7 +177,9 @@ def test_a_group_waits_for_its_members_without_a_cycle() -> None:
     c.add(member("w0"), member("w1"))
     c.run()
     assert c.bound == {}
-    assert [m for _, m in c.events.failures] == ["waiting for 2 more pods of pod group ml/llama"] * 2
+    assert [m for _, m in c.events.failures] == [
+        "waiting for 2 more pods of pod group ml/llama"
+    ] * 2
     assert c.outcomes[-1].waiting
     c.add(member("w2"))
     c.run()
@@ -325,17 +329,34 @@ def test_group_sources_are_read_with_clear_errors() -> None:
     )
     assert (k8s.min_member, k8s.required) == (4, RACK)
     with pytest.raises(GroupError, match=r"^PodGroup ml/bad: spec.minMember: must be >= 1, got 0$"):
-        scheduler_plugins_group({"metadata": {"name": "bad", "namespace": "ml"}, "spec": {"minMember": 0}})
+        scheduler_plugins_group(
+            {"metadata": {"name": "bad", "namespace": "ml"}, "spec": {"minMember": 0}}
+        )
     with pytest.raises(GroupError, match=r"spec.schedulingPolicy.gang.minCount: is required"):
         kubernetes_group(
-            {"metadata": {"name": "b", "namespace": "ml"}, "spec": {"schedulingPolicy": {"gang": {}}}}
+            {
+                "metadata": {"name": "b", "namespace": "ml"},
+                "spec": {"schedulingPolicy": {"gang": {}}},
+            }
         )
-    with pytest.raises(ModelError, match=r"^Pod ml/w0: metadata.annotations.topo-scheduler.io/min-member: must be a positive integer, got 'x'$"):
+    with pytest.raises(
+        ModelError,
+        match=r"^Pod ml/w0: metadata.annotations.topo-scheduler.io/min-member: must be a positive integer, got 'x'$",
+    ):
         obj = member("w0")
         obj["metadata"]["annotations"]["topo-scheduler.io/min-member"] = "x"
         PodInfo.from_object(obj)
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "101st",
     ]
 
 
@@ -351,9 +372,13 @@ def test_crd_group_waits_until_its_podgroup_exists() -> None:
     c.add(*objs)
     c.run()
     assert c.bound == {}
-    assert c.events.failures[0][1] == "pod group ml/job: PodGroup.scheduling.x-k8s.io ml/job not found"
+    assert (
+        c.events.failures[0][1] == "pod group ml/job: PodGroup.scheduling.x-k8s.io ml/job not found"
+    )
     c.sched.groups.set_spec(
-        scheduler_plugins_group({"metadata": {"name": "job", "namespace": "ml"}, "spec": {"minMember": 2}})
+        scheduler_plugins_group(
+            {"metadata": {"name": "job", "namespace": "ml"}, "spec": {"minMember": 2}}
+        )
     )
     from scheduler.core.queue import ClusterEvent
 
@@ -369,7 +394,10 @@ def test_schedule_timeout_is_reported() -> None:
     c.sched.groups.served.add("scheduling.x-k8s.io")
     c.sched.groups.set_spec(
         scheduler_plugins_group(
-            {"metadata": {"name": "job", "namespace": "ml"}, "spec": {"minMember": 2, "scheduleTimeoutSeconds": 30}}
+            {
+                "metadata": {"name": "job", "namespace": "ml"},
+                "spec": {"minMember": 2, "scheduleTimeoutSeconds": 30},
+            }
         )
     )
     objs = []
@@ -386,4 +414,6 @@ def test_schedule_timeout_is_reported() -> None:
     c.queue.move_all(ClusterEvent.NODE_UPDATE)
     c.run()
     assert c.outcomes[-1].timed_out
-    assert c.events.failures[-1][1].endswith("unscheduled longer than its scheduleTimeoutSeconds (30s)")
+    assert c.events.failures[-1][1].endswith(
+        "unscheduled longer than its scheduleTimeoutSeconds (30s)"
+    )
