@@ -66,6 +66,16 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("", "events", "patch", ""),
         ("events.k8s.io", "events", "create", ""),
         ("events.k8s.io", "events", "patch", ""),
+        *(
+            (group, resource, verb, "")
+            for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")
+            for resource, verb in (
+                ("podgroups", "get"),
+                ("podgroups", "list"),
+                ("podgroups", "watch"),
+                ("podgroups/status", "patch"),
+            )
+        ),
         ("", "configmaps", "get", configmap),
         ("", "configmaps", "list", configmap),
         ("", "configmaps", "watch", configmap),
