@@ -48,6 +48,7 @@ import numpy as np
 from scheduler.core.cycle import Assumed, Decision, Scheduler
 from scheduler.core.decode import FieldError, Fields
 from scheduler.core.domains import (
+    NVLINK_CLIQUE,
     DomainIndex,
     Room,
     domain_index,
@@ -510,7 +511,7 @@ class GroupCycle:
                 self._forget(sched, attempt)
             level = level_name(spec.required)
             message = (
-                f"pod group {spec.key}: no {level} domain holds {need} more pods "
+                f"pod group {spec.key}: no {level} domain holds {need} pods of the group "
                 f"(topology-required {spec.required})"
             )
             if best is not None:
@@ -532,13 +533,15 @@ class GroupCycle:
         return attempt, note, None
 
     def _note(self, index: DomainIndex, room: Room, candidates: list[Room], how: str) -> str:
-        fitting = len(candidates)
-        what = "domains hold" if fitting != 1 else "domain holds"
-        return (
-            f"{level_name(index.key)} {index.key}={room.value} ({how}): {fitting} {what} "
-            f"the group; this one has the least free room ({room.free} pods of the group "
-            f"fit there), score {room.score}"
-        )
+        kind = " (NVLink domain)" if index.key == NVLINK_CLIQUE else ""
+        others = len(candidates) - 1
+        text = f"{index.key}={room.value}{kind}, topology-{how}: "
+        text += f"{room.free} pods of the group fit there"
+        if others:
+            plural = "s" if others != 1 else ""
+            text += f", the least free room of {len(candidates)} {index.key} domains that hold it"
+            text += f" ({others} other{plural})"
+        return f"{text}; group score {room.score}"
 
     def _own_domains(
         self, sched: Scheduler, index: DomainIndex, placed: list[PodInfo]

@@ -253,7 +253,7 @@ def test_required_rack_places_in_one_rack_or_nothing() -> None:
     c.run()
     assert c.bound == {}
     message = c.events.failures[0][1]
-    assert "no network.topology.nvidia.com/leaf domain holds 4 more pods" in message
+    assert "no network.topology.nvidia.com/leaf domain holds 4 pods of the group" in message
     c2 = Cluster(racks([3, 3, 3]), levels=(SPINE, RACK))
     c2.add(*(member(f"w{i}", min_member=3, required=RACK) for i in range(3)))
     c2.run()
@@ -270,7 +270,8 @@ def test_preferred_rack_walks_up_to_the_spine() -> None:
     assert {labels_of(c, k, SPINE) for k in c.bound} == {"spine0"}
     outcome = c.outcomes[-1]
     assert outcome.domain == (SPINE, "spine0")
-    assert outcome.domain_note is not None and "least free room" in outcome.domain_note
+    assert outcome.domain_note is not None
+    assert outcome.domain_note.startswith(f"{SPINE}=spine0, topology-preferred: 4 pods")
 
 
 def test_preferred_picks_the_narrowest_level_even_below_the_asked_one() -> None:
