@@ -34,6 +34,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
+from scheduler.core.group import GroupCycle
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
 from scheduler.core.topology.device_plugin import device_plugin_set
@@ -46,6 +47,7 @@ from scheduler.core.topology.schema import (
     parse_gpu_indices,
 )
 from scheduler.core.topology.scoring import mask_to_indices
+from scheduler.sim.gangs import GangTracker
 from scheduler.sim.quality import QualityModel, SetQuality
 from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
 
@@ -156,7 +158,7 @@ class Simulation:
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        from plugins import frameworks_for, gpu_resource
+        from plugins import frameworks_for, gpu_resource, topology_levels
 
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
@@ -185,6 +187,10 @@ class Simulation:
         self.cycle = Scheduler(
             self.cache, self.queue, self.frameworks, _ClusterBinder(self), _Observer(self)
         )
+        self.gangs = GangTracker()  # multi-node jobs: start when all workers run
+        if policy in ("topology", "topology-dp"):  # count-only: one pod at a time, as kube
+            levels = topology_levels(self.config) or scenario.network_levels
+            self.cycle.groups = GroupCycle(levels, lambda: self.now)
         self.quality = QualityModel()
         self.records: dict[str, JobRecord] = {
             f"default/{j.name}": JobRecord(j) for j in scenario.jobs
@@ -268,15 +274,15 @@ class Simulation:
         while True:
             qp = self.queue.pop()
             if qp is None:
+                self.gangs.round_done()
                 return
-            record = self.records[qp.key]
-            record.attempts = qp.attempts
-            decision = self.cycle.schedule_one(qp)
-            self.schedule_seconds += decision.elapsed
-            if decision.outcome == "skipped":
-                record.reason = decision.message
-            if decision.assumed is not None:
-                drive(self.cycle.bind(decision.assumed))
+            self.records[qp.key].attempts = qp.attempts
+            for decision in self.cycle.schedule(qp):  # a pod group's members together
+                self.schedule_seconds += decision.elapsed
+                if decision.outcome == "skipped":
+                    self.records[decision.pod.key].reason = decision.message
+                if decision.assumed is not None:
+                    drive(self.cycle.bind(decision.assumed))
 
     # ------------------------------------------------------------------ events
 
@@ -341,7 +347,8 @@ class Simulation:
             record.free_mask = free_before
             record.topology = kubelet.topology
             record.quality = self.quality.judge(kubelet.topology, free_before, held)
-        self._push(self.now + record.job.duration, COMPLETION, key)
+        for started in self.gangs.bound(self, key, node):  # a job's workers start together
+            self._push(self.now + self.records[started].job.duration, COMPLETION, started)
 
     def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
         """The kubelet's admission and the device plugin's allocation; returns the GPUs."""

@@ -53,14 +53,16 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
-_NODE_FIELDS = {"name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint"}
+_NODE_FIELDS = {
+    "name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint", "network",
+}  # fmt: skip
 _JOB_FIELDS = {
     "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
-    "placement", "priority", "count", "interval",
+    "placement", "priority", "count", "interval", "workers", "topology",
 }  # fmt: skip
 _GEN_FIELDS = {
     "generate", "namePrefix", "arrivals", "duration", "gpus", "cpu", "memory", "cpuPerGpu",
-    "memoryPerGpu", "placement", "priority",
+    "memoryPerGpu", "placement", "priority", "workers", "topology",
 }  # fmt: skip
 
 
@@ -77,6 +79,8 @@ class NodeTemplate:
     taints: list[dict[str, str]]
     topology: Topology | None
     topology_name: str  # built-in name, "inline", or "" for no GPU topology
+    # network topology labels by position: (label key, nodes per domain), widest first
+    network: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class Job:
     memory: str
     placement: str | None = None
     priority: int = 0
+    group: str | None = None  # the multi-node job this pod is a worker of
+    workers: int = 1  # the job's workers (the group's minMember)
+    topology: tuple[str, str] | None = None  # ("required" | "preferred", node label key)
 
     def pod_object(self, scheduler_name: str = SCHEDULER_NAME) -> dict[str, Any]:
         """The Pod as a user would submit it to the topo-scheduler."""
@@ -112,6 +119,12 @@ class Job:
         if self.priority:
             spec["priority"] = self.priority
         annotations = {ANNOTATION_PLACEMENT: self.placement} if self.placement else {}
+        if self.group is not None:  # a worker of a multi-node job: an annotation pod group
+            annotations["topo-scheduler.io/pod-group"] = self.group
+            annotations["topo-scheduler.io/min-member"] = str(self.workers)
+            if self.topology is not None:
+                mode, key = self.topology
+                annotations[f"topo-scheduler.io/topology-{mode}"] = key
         created = EPOCH + timedelta(seconds=self.arrival)
         return {
             "apiVersion": "v1",
@@ -148,6 +161,8 @@ class Scenario:
                 if t.topology is not None:
                     annotations[ANNOTATION_TOPOLOGY] = format_topology(t.topology)
                 labels = {"kubernetes.io/hostname": name, **t.labels}
+                for key, per in t.network:  # e.g. racks of 4 nodes under spines of 8
+                    labels[key] = f"{t.name}-{key.rsplit('/', 1)[-1]}{i // per}"
                 out.append(
                     {
                         "apiVersion": "v1",
@@ -158,6 +173,15 @@ class Scenario:
                     }
                 )
         return out
+
+    @property
+    def network_levels(self) -> tuple[str, ...]:
+        """The network topology label keys of the node templates, widest first."""
+        keys: dict[str, None] = {}
+        for t in self.templates:
+            for key, _ in t.network:
+                keys[key] = None
+        return tuple(keys)
 
     @property
     def total_gpus(self) -> int:
@@ -318,7 +342,59 @@ def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
     if gpu_taint and resource_value(GPU_RESOURCE, resources.get(GPU_RESOURCE, "0")) > 0:
         taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
         labels.setdefault("nvidia.com/gpu.present", "true")
-    return NodeTemplate(name, count, resources, labels, taints, topology, topology_name)
+    network = _network(data.get("network"), f"{path}.network")
+    return NodeTemplate(name, count, resources, labels, taints, topology, topology_name, network)
+
+
+def _network(value: Any, path: str) -> tuple[tuple[str, int], ...]:
+    """`network: [{key: <node label>, nodesPer: N}, ...]`, widest first: node i of the
+    template is in domain i // N of each level (racks of 4 under spines of 8)."""
+    levels: list[tuple[str, int]] = []
+    for j, raw in enumerate(_FIELDS.list(value, path)):
+        item = _mapping(raw, f"{path}[{j}]", required=True)
+        _no_unknown(item, {"key", "nodesPer"}, f"{path}[{j}]")
+        key = _string(item.get("key"), f"{path}[{j}].key")
+        per = _integer(item.get("nodesPer"), f"{path}[{j}].nodesPer", minimum=1)
+        if levels and per > levels[-1][1]:
+            raise ScenarioError(
+                f"{path}[{j}].nodesPer: {per} is wider than the level above ({levels[-1][1]})"
+            )
+        levels.append((key, per))
+    return tuple(levels)
+
+
+def _job_topology(value: Any, path: str) -> tuple[str, str] | None:
+    """`topology: {required: <node label key>}` or `{preferred: ...}`."""
+    if value is None:
+        return None
+    data = _mapping(value, path, required=True)
+    _no_unknown(data, {"required", "preferred"}, path)
+    if len(data) != 1:
+        raise ScenarioError(f"{path}: give one of required, preferred")
+    mode = next(iter(data))
+    return str(mode), _string(data[mode], f"{path}.{mode}")
+
+
+def _as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list[Job]:
+    """A multi-node job as its worker pods (a pod group of `workers`); one worker stays one."""
+    if workers <= 1:
+        return [job]
+    return [
+        Job(
+            f"{job.name}-w{k}",
+            job.arrival,
+            job.duration,
+            job.gpus,
+            job.cpu,
+            job.memory,
+            job.placement,
+            job.priority,
+            job.name,
+            workers,
+            topology,
+        )
+        for k in range(workers)
+    ]
 
 
 # ---------------------------------------------------------------------------- jobs
@@ -347,7 +423,9 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
     cpu, memory = _requests(data, path, gpus)
     placement = _placement(data.get("placement"), f"{path}.placement")
     priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
-    return [
+    workers = _integer(data.get("workers"), f"{path}.workers", default=1, minimum=1)
+    topology = _job_topology(data.get("topology"), f"{path}.topology")
+    jobs = [
         Job(
             name if count == 1 else f"{name}-{k}",
             arrival + k * interval,
@@ -360,6 +438,7 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
         )
         for k in range(count)
     ]
+    return [w for job in jobs for w in _as_workers(job, workers, topology)]
 
 
 def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]]:
@@ -406,6 +485,15 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
     if sum(s for _, s in placements) > 1:
         raise ScenarioError(f"{path}.placement: shares add up to more than 1")
     priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
+    raw_workers = data.get("workers", 1)
+    if isinstance(raw_workers, Mapping):
+        worker_weights = _weights(raw_workers, f"{path}.workers", keys_int=True)
+        if any(k < 1 for k, _ in worker_weights) or sum(w for _, w in worker_weights) <= 0:
+            raise ScenarioError(f"{path}.workers: counts must be >= 1 with a weight > 0")
+    else:
+        worker_weights = [(_integer(raw_workers, f"{path}.workers", minimum=1), 1.0)]
+    topology = _job_topology(data.get("topology"), f"{path}.topology")
+    worker_rng = random.Random(f"{seed}/{index}/workers")
     rng = random.Random(f"{seed}/{index}")
     size_values = [k for k, _ in sizes]
     size_weights = [w for _, w in sizes]
@@ -426,18 +514,18 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
                     placement = value
                     break
         cpu, memory = _requests(data, path, gpus)
-        jobs.append(
-            Job(
-                f"{prefix}-{k:04d}",
-                round(t, 3),
-                round(duration, 3),
-                gpus,
-                cpu,
-                memory,
-                placement,
-                priority,
-            )
+        job = Job(
+            f"{prefix}-{k:04d}",
+            round(t, 3),
+            round(duration, 3),
+            gpus,
+            cpu,
+            memory,
+            placement,
+            priority,
         )
+        workers = int(worker_rng.choices(*zip(*worker_weights, strict=True))[0])
+        jobs.extend(_as_workers(job, workers, topology))
     return jobs
 
 
