@@ -391,7 +391,14 @@ class GroupCycle:
             sched.queue.take(qp.key)
         pending.sort(key=lambda q: (-q.pod.priority, q.pod.creation_timestamp, q.pod.key))
         need = max(0, spec.min_member - len(placed))
-        attempt, note, problem = self._place(sched, spec, pending, placed, need)
+        short = _short_of(sched, spec) if need else None
+        problem: str | None = None
+        if short is not None:  # scheduler-plugins' minResources: not even in total
+            attempt, note = _Attempt([], []), None
+            problem = f"pod group {spec.key}: the cluster has too little free {short}"
+            problem += " for its minResources"
+        else:
+            attempt, note, problem = self._place(sched, spec, pending, placed, need)
         elapsed = sched.timer() - start
         share = elapsed / max(1, len(pending))
         decided: set[str] = set()  # members already told why (a Reserve/Permit rejection)
@@ -668,6 +675,21 @@ def _better(best: _Attempt | None, attempt: _Attempt) -> _Attempt:
     if best is None or len(attempt.placed) > len(best.placed):
         return _Attempt(list(attempt.placed), list(attempt.failed), attempt.domain)
     return best
+
+
+def _short_of(sched: Scheduler, spec: GroupSpec) -> str | None:
+    """The first resource of the group's minResources that the live nodes do not have free
+    in total (None: they have it all)."""
+    snapshot = sched.cache.snapshot
+    live = snapshot.live
+    for resource, amount in sorted(spec.min_resources.items()):
+        row = snapshot.row.get(resource)
+        free = 0
+        if row is not None:
+            free = int((snapshot.allocatable[row][live] - snapshot.requested[row][live]).sum())
+        if free < amount:
+            return resource
+    return None
 
 
 def _fw(sched: Scheduler, pod: PodInfo) -> Framework | None:

@@ -295,6 +295,12 @@ ANNOTATION_POD_GROUP = "topo-scheduler.io/pod-group"
 ANNOTATION_MIN_MEMBER = "topo-scheduler.io/min-member"
 ANNOTATION_TOPOLOGY_REQUIRED = "topo-scheduler.io/topology-required"
 ANNOTATION_TOPOLOGY_PREFERRED = "topo-scheduler.io/topology-preferred"
+GROUP_ANNOTATIONS = (
+    ANNOTATION_POD_GROUP,
+    ANNOTATION_MIN_MEMBER,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.model import GROUP_ANNOTATIONS, ModelError, NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import (
@@ -484,6 +484,7 @@ class KubeScheduler(CycleHooks):
                 == {k: v for k, v in old_spec.items() if k != "nodeName"}
                 and md.get("labels") == old_md.get("labels")
                 and md.get("deletionTimestamp") == old_md.get("deletionTimestamp")
+                and _same_group_annotations(annotations, old_md.get("annotations") or {})
                 and all(isinstance(v, str) for v in annotations.values())
                 and isinstance(spec.get("nodeName") or "", str)
                 and isinstance((obj.get("status") or {}).get("phase") or "", str)
@@ -656,6 +657,11 @@ class KubeBinder:
             log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
             return BindResult(BindOutcome.ERROR, str(exc))
         return BindResult(BindOutcome.BOUND)
+
+
+def _same_group_annotations(new: Obj, old: Obj) -> bool:
+    """The pod group annotations (read into PodInfo.pod_group) did not change."""
+    return all(new.get(key) == old.get(key) for key in GROUP_ANNOTATIONS)
 
 
 def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:

@@ -418,3 +418,28 @@ def test_schedule_timeout_is_reported() -> None:
     assert c.events.failures[-1][1].endswith(
         "unscheduled longer than its scheduleTimeoutSeconds (30s)"
     )
+
+
+def test_min_resources_beyond_the_cluster_fail_before_placing() -> None:
+    c = Cluster([gpu_node("n0"), gpu_node("n1")])
+    assert c.sched.groups is not None
+    c.sched.groups.served.add("scheduling.x-k8s.io")
+    c.sched.groups.set_spec(
+        scheduler_plugins_group(
+            {
+                "metadata": {"name": "job", "namespace": "ml"},
+                "spec": {"minMember": 1, "minResources": {"nvidia.com/gpu": "24"}},
+            }
+        )
+    )
+    obj = pod("w0", {"nvidia.com/gpu": "8"}, namespace="ml")
+    obj["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
+    c.add(obj)
+    c.run()
+    assert c.bound == {}
+    assert c.events.failures == [
+        (
+            "ml/w0",
+            "pod group ml/job: the cluster has too little free nvidia.com/gpu for its minResources",
+        )
+    ]
