@@ -39,6 +39,7 @@ score; the choice is explained (`GroupOutcome.domain_note`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,6 +268,20 @@ class GroupCycle:
         if ref is not None:
             self.members.setdefault((ref.source, ref.key), {})[pod.key] = pod
 
+    def forget(self, pod: PodInfo) -> None:
+        """A pod is gone (deleted, finished): a group left without members is forgotten."""
+        ref = pod.pod_group
+        if ref is None:
+            return
+        gid = (ref.source, ref.key)
+        members = self.members.get(gid)
+        if members is not None:
+            members.pop(pod.key, None)
+            if not members:
+                del self.members[gid]
+                self.started.pop(gid, None)
+                self.last.pop(gid, None)
+
     def set_spec(self, spec: GroupSpec) -> None:
         self.specs[spec.id] = spec
 
@@ -276,15 +291,13 @@ class GroupCycle:
         self.last.pop((source, key), None)
 
     def spec_for(self, ref: GroupRef, pods: list[PodInfo]) -> GroupSpec | str:
-        """The group's spec, or why there is none (its PodGroup object is not there)."""
+        """The group's spec, or why there is none (its PodGroup object is not there). The
+        pods' topology annotations apply when the group object asks for no domain."""
+        refs = [p.pod_group for p in pods if p.pod_group is not None]
+        required = next((r.required for r in refs if r.required), None)
+        preferred = next((r.preferred for r in refs if r.preferred), None)
         if ref.source == SOURCE_ANNOTATION:
-            mins = [p.pod_group.min_member for p in pods if p.pod_group and p.pod_group.min_member]
-            required = next(
-                (p.pod_group.required for p in pods if p.pod_group and p.pod_group.required), None
-            )
-            preferred = next(
-                (p.pod_group.preferred for p in pods if p.pod_group and p.pod_group.preferred), None
-            )
+            mins = [r.min_member for r in refs if r.min_member]
             return GroupSpec(
                 SOURCE_ANNOTATION,
                 ref.namespace,
@@ -299,25 +312,8 @@ class GroupCycle:
             if ref.source not in self.served:
                 return f"{kind} is not served by the API server"
             return f"{kind} {ref.key} not found"
-        if spec.required is None and spec.preferred is None:  # the pods may ask
-            required = next(
-                (p.pod_group.required for p in pods if p.pod_group and p.pod_group.required), None
-            )
-            preferred = next(
-                (p.pod_group.preferred for p in pods if p.pod_group and p.pod_group.preferred), None
-            )
-            if required or preferred:
-                spec = GroupSpec(
-                    spec.source,
-                    spec.namespace,
-                    spec.name,
-                    spec.min_member,
-                    spec.timeout,
-                    required,
-                    preferred,
-                    spec.min_resources,
-                    spec.uid,
-                )
+        if spec.required is None and spec.preferred is None and (required or preferred):
+            spec = dataclasses.replace(spec, required=required, preferred=preferred)
         return spec
 
     def requeue_now(self, sched: Scheduler, pod: PodInfo) -> bool:

@@ -551,7 +551,9 @@ class KubeScheduler(CycleHooks):
         key = f"{md.get('namespace')}/{md.get('name')}"
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         held = self.cache.get(key) is not None
-        self.infos.pop(key, None)
+        info = self.infos.pop(key, None)
+        if info is not None:
+            self.groups.cycle.forget(info)
         self.cache.remove_pod(key)
         self.queue.delete(key)
         self.foreign.discard(key)

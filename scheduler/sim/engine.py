@@ -311,6 +311,8 @@ class Simulation:
         # The pod is deleted: the watch reports it, the cache forgets it, and a deleted
         # assigned pod is a cluster event that may help unschedulable pods.
         self.cache.remove_pod(key)
+        if self.cycle.groups is not None:
+            self.cycle.groups.forget(pod)
         self.queue.move_all(ClusterEvent.POD_DELETE)
 
     # ------------------------------------------------------------------ the cluster

@@ -361,16 +361,18 @@ def test_group_sources_are_read_with_clear_errors() -> None:
     ]
 
 
+def labelled(name: str) -> dict[str, Any]:
+    """A member of scheduler-plugins' PodGroup ml/job (the label form)."""
+    obj = pod(name, {"nvidia.com/gpu": "8"}, namespace="ml")
+    obj["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
+    return obj
+
+
 def test_crd_group_waits_until_its_podgroup_exists() -> None:
     c = Cluster([gpu_node(f"n{i}") for i in range(2)])
     assert c.sched.groups is not None
     c.sched.groups.served.add("scheduling.x-k8s.io")
-    objs = []
-    for i in range(2):
-        obj = pod(f"w{i}", {"nvidia.com/gpu": "8"}, namespace="ml")
-        obj["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
-        objs.append(obj)
-    c.add(*objs)
+    c.add(*(labelled(f"w{i}") for i in range(2)))
     c.run()
     assert c.bound == {}
     assert (
@@ -401,12 +403,7 @@ def test_schedule_timeout_is_reported() -> None:
             }
         )
     )
-    objs = []
-    for i in range(2):
-        obj = pod(f"w{i}", {"nvidia.com/gpu": "8"}, namespace="ml")
-        obj["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
-        objs.append(obj)
-    c.add(*objs)
+    c.add(*(labelled(f"w{i}") for i in range(2)))
     c.run()
     assert not c.outcomes[-1].timed_out
     from scheduler.core.queue import ClusterEvent
@@ -432,9 +429,7 @@ def test_min_resources_beyond_the_cluster_fail_before_placing() -> None:
             }
         )
     )
-    obj = pod("w0", {"nvidia.com/gpu": "8"}, namespace="ml")
-    obj["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
-    c.add(obj)
+    c.add(labelled("w0"))
     c.run()
     assert c.bound == {}
     assert c.events.failures == [
@@ -443,3 +438,18 @@ def test_min_resources_beyond_the_cluster_fail_before_placing() -> None:
             "pod group ml/job: the cluster has too little free nvidia.com/gpu for its minResources",
         )
     ]
+
+
+def test_a_finished_group_is_forgotten() -> None:
+    c = Cluster([gpu_node(f"n{i}") for i in range(2)])
+    c.add(*(member(f"w{i}", min_member=2) for i in range(2)))
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None and len(c.bound) == 2
+    assert ("annotation", "ml/llama") in groups.members
+    for key in list(c.bound):
+        pod_info = c.cache.get(key)
+        assert pod_info is not None
+        c.cache.remove_pod(key)
+        groups.forget(pod_info)
+    assert groups.members == {} and groups.last == {}
