@@ -11,7 +11,7 @@ from core_support import node, pod
 
 from plugins import frameworks_for
 from scheduler.core.cache import Cache
-from scheduler.core.config import default_config, load_config
+from scheduler.core.config import default_config
 from scheduler.core.cycle import CycleHooks, Scheduler, drive, queue_order
 from scheduler.core.framework import BindOutcome, BindResult
 from scheduler.core.group import (
@@ -342,7 +342,8 @@ def test_group_sources_are_read_with_clear_errors() -> None:
         )
     with pytest.raises(
         ModelError,
-        match=r"^Pod ml/w0: metadata.annotations.topo-scheduler.io/min-member: must be a positive integer, got 'x'$",
+        match=r"^Pod ml/w0: metadata.annotations.topo-scheduler.io/min-member: "
+        r"must be a positive integer, got 'x'$",
     ):
         obj = member("w0")
         obj["metadata"]["annotations"]["topo-scheduler.io/min-member"] = "x"
@@ -453,3 +454,32 @@ def test_a_finished_group_is_forgotten() -> None:
         c.cache.remove_pod(key)
         groups.forget(pod_info)
     assert groups.members == {} and groups.last == {}
+
+
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def test_walk_levels_goes_narrowest_first_with_the_nvlink_domain_first() -> None:
+    from scheduler.core.domains import walk_levels
+
+    assert walk_levels((SPINE, RACK), RACK) == [RACK, SPINE]
+    assert walk_levels((SPINE, CLIQUE, RACK), SPINE) == [CLIQUE, RACK, SPINE]
+    assert walk_levels((SPINE,), RACK) == [RACK, SPINE]  # an asked key not configured
+
+
+def test_preferred_goes_to_one_nvlink_domain_when_one_holds_the_group() -> None:
+    nodes = []
+    for i in range(6):  # two NVL domains of 3 nodes in one rack, one of 2 elsewhere
+        clique = "nvl-a" if i < 3 else "nvl-b"
+        nodes.append(gpu_node(f"n{i}", **{RACK: "rack0", SPINE: "spine0", CLIQUE: clique}))
+    nodes += [
+        gpu_node(f"m{i}", **{RACK: "rack1", SPINE: "spine0", CLIQUE: "nvl-c"}) for i in range(2)
+    ]
+    c = Cluster(nodes, levels=(SPINE, RACK, CLIQUE))
+    c.add(*(member(f"w{i}", min_member=3, preferred=SPINE) for i in range(3)))
+    c.run()
+    assert len(c.bound) == 3
+    assert len({labels_of(c, k, CLIQUE) for k in c.bound}) == 1
+    outcome = c.outcomes[-1]
+    assert outcome.domain is not None and outcome.domain[0] == CLIQUE
+    assert outcome.domain_note is not None and "(NVLink domain)" in outcome.domain_note

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.emulator import K8S_PODGROUPS, PODS, X_PODGROUPS, Emulator, Fault, make_pod
+from tests.emulator import K8S_PODGROUPS, PODS, X_PODGROUPS, Emulator, make_pod
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
 
 
