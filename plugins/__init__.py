@@ -22,7 +22,7 @@ from plugins import (
 from scheduler.core.config import SchedulerConfiguration, build_frameworks
 from scheduler.core.framework import Framework, PluginFactory
 
-__all__ = ["REGISTRY", "frameworks_for", "gpu_resource"]
+__all__ = ["REGISTRY", "frameworks_for", "gpu_resource", "topology_levels"]
 
 REGISTRY: dict[str, PluginFactory] = {
     scheduling_gates.NAME: scheduling_gates.new,
@@ -55,3 +55,15 @@ def gpu_resource(config: SchedulerConfiguration) -> str:
         if args.resource_name != gpu_topology.DEFAULT_RESOURCE:
             return args.resource_name
     return gpu_topology.DEFAULT_RESOURCE
+
+
+def topology_levels(config: SchedulerConfiguration) -> tuple[str, ...]:
+    """The network topology levels of the configuration's GPUTopology args
+    (`topologyLevels`, node label keys widest first) that pod groups are placed in; the
+    first profile that sets them (profiles share the cache and the group cycle)."""
+    for profile in config.profiles:
+        path = profile.args_path.get(gpu_topology.NAME, "")
+        args = gpu_topology.parse_args(profile.plugin_args.get(gpu_topology.NAME), path)
+        if args.topology_levels:
+            return args.topology_levels
+    return ()

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from plugins._args import string_list
 from scheduler.core.config import ConfigError, strict_mapping
 from scheduler.core.framework import (
     SKIP,
@@ -86,17 +87,22 @@ def reason_for(placement: Placement, count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GPUTopologyArgs:
-    """Plugin args: the GPU resource name, the pair-score table, the link bandwidths."""
+    """Plugin args: the GPU resource name, the pair-score table, the link bandwidths and the
+    network topology levels (node label keys, widest first) that pod groups are placed in."""
 
     resource_name: str = DEFAULT_RESOURCE
     pair_scores: PairScoreTable = DEFAULT_TABLE
     link_bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH
+    topology_levels: tuple[str, ...] = ()
 
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...}),
-    `linkBandwidth` (GB/s: {nvlink,board,pix,pxb,phb,node,sys})."""
-    data = strict_mapping(raw, path, {"resourceName", "pairScores", "linkBandwidth"})
+    `linkBandwidth` (GB/s: {nvlink,board,pix,pxb,phb,node,sys}), `topologyLevels` ([node label
+    key, ...], widest first)."""
+    data = strict_mapping(
+        raw, path, {"resourceName", "pairScores", "linkBandwidth", "topologyLevels"}
+    )
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")
@@ -105,7 +111,21 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
         bandwidth = LinkBandwidth.from_args(data.get("linkBandwidth"), path=f"{path}.linkBandwidth")
     except TopologyError as exc:
         raise ConfigError(str(exc)) from None
-    return GPUTopologyArgs(resource, table, bandwidth)
+    return GPUTopologyArgs(
+        resource, table, bandwidth, topology_levels(data.get("topologyLevels"), path)
+    )
+
+
+def topology_levels(raw: Any, path: str) -> tuple[str, ...]:
+    """`topologyLevels`: distinct, non-empty node label keys, widest first."""
+    levels = string_list(raw, f"{path}.topologyLevels")
+    for i, key in enumerate(levels):
+        where = f"{path}.topologyLevels[{i}]"
+        if not key.strip() or any(c.isspace() for c in key):
+            raise ConfigError(f"{where}: must be a node label key, got {key!r}")
+        if key in levels[:i]:
+            raise ConfigError(f'{where}: Duplicate value: "{key}"')
+    return levels
 
 
 @dataclass(frozen=True, slots=True)

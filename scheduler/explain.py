@@ -26,7 +26,21 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.group import (
+    GroupCycle,
+    GroupError,
+    GroupOutcome,
+    GroupSpec,
+    kubernetes_group,
+    scheduler_plugins_group,
+)
+from scheduler.core.model import (
+    SOURCE_KUBERNETES,
+    SOURCE_SCHEDULER_PLUGINS,
+    ModelError,
+    NodeInfo,
+    PodInfo,
+)
 from scheduler.core.queue import SchedulingQueue
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
@@ -63,8 +77,21 @@ def _flatten(docs: Iterable[Any], path: str) -> list[Mapping[str, Any]]:
     return objects
 
 
-def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
-    """Fill a cache from a snapshot file: nodes, and the pods bound to them."""
+_GROUP_PARSERS = {
+    "scheduling.x-k8s.io": scheduler_plugins_group,
+    "scheduling.k8s.io": kubernetes_group,
+}
+
+
+def load_snapshot(
+    path: str,
+    cache: Cache | None = None,
+    *,
+    pending: list[PodInfo] | None = None,
+    groups: list[GroupSpec] | None = None,
+) -> Cache:
+    """Fill a cache from a snapshot file: nodes, and the pods bound to them; pending pods
+    and PodGroup objects go to `pending` and `groups` when given (for pod groups)."""
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
@@ -75,12 +102,18 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
                 nodes.append(NodeInfo.from_object(obj))
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
-        except ModelError as exc:
+            elif kind == "PodGroup" and groups is not None:
+                api = str(obj.get("apiVersion") or "").split("/")[0]
+                if api in _GROUP_PARSERS:
+                    groups.append(_GROUP_PARSERS[api](obj))
+        except (ModelError, GroupError) as exc:
             raise ExplainError(f"{path}: {exc}") from None
     for node in nodes:
         cache.add_node(node)
     for pod in pods:
         cache.add_pod(pod)
+        if pending is not None and pod.node_name is None and not pod.terminal:
+            pending.append(pod)
     return cache
 
 
@@ -126,8 +159,11 @@ class _NodeReport(CycleHooks):
         self.framework = framework
         self.result: ScheduleResult | None = None
         self.nodes: dict[str, Any] = {}
+        self.target: str | None = None  # with a pod group: the explained member only
 
     def decided(self, pod: PodInfo, result: ScheduleResult, state: CycleState) -> None:
+        if self.target is not None and pod.key != self.target:
+            return
         self.result = result
         snapshot = self.cache.snapshot
         for slot in sorted(snapshot.live_slots(), key=lambda s: snapshot.names[s] or ""):
@@ -160,9 +196,21 @@ class _NodeReport(CycleHooks):
             self.nodes[name] = entry
 
 
-def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
+def explain(
+    cache: Cache,
+    pod: PodInfo,
+    framework: Framework,
+    *,
+    pending: Iterable[PodInfo] = (),
+    groups: Iterable[GroupSpec] = (),
+    levels: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """Run the scheduling cycle for the pod on the snapshot, binding nothing (dry run), and
-    build the JSON report (the stable contract)."""
+    build the JSON report (the stable contract). A pod of a pod group is placed with the
+    group's `pending` members (the group cycle, `groups` its PodGroup objects, `levels` the
+    topologyLevels); the report then has a `group` part."""
+    if pod.pod_group is not None:
+        return _explain_group(cache, pod, framework, pending, groups, levels)
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
     notes = [
         f"pod {key} on {node} holds GPUs {','.join(map(str, gpus))} as the device plugin "
@@ -197,6 +245,83 @@ def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
     if notes:
         document["notes"] = notes
     return document
+
+
+def _explain_group(
+    cache: Cache,
+    pod: PodInfo,
+    framework: Framework,
+    pending: Iterable[PodInfo],
+    groups: Iterable[GroupSpec],
+    levels: tuple[str, ...],
+) -> dict[str, Any]:
+    """explain for a pod group's member: the whole group is placed (dry run)."""
+    ref = pod.pod_group
+    assert ref is not None
+    cache.remove_pod(pod.key)
+    members = [
+        p
+        for p in pending
+        if p.key != pod.key
+        and p.pod_group is not None
+        and (p.pod_group.source, p.pod_group.key) == (ref.source, ref.key)
+        and p.scheduler_name == pod.scheduler_name
+    ]
+    report = _NodeReport(cache, framework)
+    report.target = pod.key
+    queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
+    cycle = Scheduler(cache, queue, {pod.scheduler_name: framework}, DryRunBinder(), report)
+    outcomes: list[GroupOutcome] = []
+    cycle.groups = GroupCycle(levels, lambda: 0.0, outcomes.append)
+    cycle.groups.served |= {SOURCE_SCHEDULER_PLUGINS, SOURCE_KUBERNETES}
+    for spec in groups:
+        cycle.groups.set_spec(spec)
+    for bound in cache.snapshot.pods:  # members already bound count for the group
+        for other in bound.values():
+            cycle.groups.observe(other)
+    queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
+    queued = queue.pop()
+    assert queued is not None
+    for member in members:
+        cycle.enqueue(member)
+    decisions = cycle.schedule(queued)
+    for decision in decisions:
+        if decision.assumed is not None:
+            drive(cycle.bind(decision.assumed))
+    for member in (pod, *members):  # a dry run: the cache is left as it was
+        cache.remove_pod(member.key)
+    mine = next(d for d in decisions if d.pod.key == pod.key)
+    outcome = outcomes[-1] if outcomes else None
+    result = report.result
+    placed = mine.assumed is not None
+    document: dict[str, Any] = {
+        "pod": pod.key,
+        "node": mine.assumed.node if mine.assumed is not None else None,
+        "message": None if placed else mine.message,
+    }
+    if mine.assumed is not None and mine.assumed.gpus:
+        document["gpus"] = list(mine.assumed.gpus)
+    document["nodes"] = report.nodes if result is not None else {}
+    document["group"] = _group_part(outcome, ref.key)
+    return document
+
+
+def _group_part(outcome: GroupOutcome | None, key: str) -> dict[str, Any]:
+    if outcome is None:
+        return {"name": key, "minMember": None, "members": {}, "domain": None, "message": None}
+    return {
+        "name": outcome.spec.key,
+        "minMember": outcome.spec.min_member,
+        "members": {
+            member: {"node": node, "gpus": list(gpus)}
+            for member, (node, gpus) in outcome.members.items()
+        },
+        "domain": (
+            {"key": outcome.domain[0], "value": outcome.domain[1]} if outcome.domain else None
+        ),
+        "domainReason": outcome.domain_note,
+        "message": outcome.message,
+    }
 
 
 def _link_summary(links: Iterable[str]) -> str:
@@ -256,12 +381,34 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
     console.print(table)
     for note in document.get("notes", []):
         console.print(f"note: {note}")
+    group = document.get("group")
+    if group is not None:
+        console.print(_group_table(group), end="")
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def _group_table(group: Mapping[str, Any]) -> str:
+    """The group's placement for people: one line per member."""
+    lines = [f"pod group {group['name']} (minMember {group['minMember']}):"]
+    domain = group.get("domain")
+    if group.get("message"):
+        lines[0] += f" not placed: {group['message']}"
+    elif domain is not None:
+        lines[0] += f" placed in {domain['key']}={domain['value']}"
+    else:
+        lines[0] += " placed"
+    if group.get("domainReason"):
+        lines.append(f"  domain: {group['domainReason']}")
+    for member, where in group["members"].items():
+        node = where["node"] or "-"
+        gpus = ",".join(map(str, where["gpus"]))
+        lines.append(f"  {member} -> {node}" + (f" gpus {gpus}" if gpus else ""))
+    return "\n".join(lines) + "\n"
 
 
 def run_explain(args: argparse.Namespace) -> int:
     """CLI entry: exit 0 whether or not the pod fits, 2 with one line for bad input."""
-    from plugins import frameworks_for, gpu_resource
+    from plugins import frameworks_for, gpu_resource, topology_levels
 
     try:
         config = _load_config(args.config)
@@ -277,11 +424,17 @@ def run_explain(args: argparse.Namespace) -> int:
                 f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
             )
         framework = frameworks[profile.scheduler_name]
-        cache = load_snapshot(args.snapshot, Cache(gpu_resource(config)))
+        pending: list[PodInfo] = []
+        groups: list[GroupSpec] = []
+        cache = load_snapshot(
+            args.snapshot, Cache(gpu_resource(config)), pending=pending, groups=groups
+        )
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    document = explain(cache, pod, framework)
+    document = explain(
+        cache, pod, framework, pending=pending, groups=groups, levels=topology_levels(config)
+    )
     if args.output == "json":
         print(json.dumps(document, indent=2))
     else:

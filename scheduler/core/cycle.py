@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.core.cache import Cache
 from scheduler.core.framework import (
@@ -35,6 +35,9 @@ from scheduler.core.framework import (
 )
 from scheduler.core.model import PodInfo
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
+
+if TYPE_CHECKING:
+    from scheduler.core.group import GroupCycle
 
 __all__ = [
     "Assumed",
@@ -146,12 +149,16 @@ class Scheduler:
         self.hooks = hooks or CycleHooks()
         self.timer = timer
         self.waiting: dict[str, Assumed] = {}  # pods waiting on Permit, by key
+        # pod groups are placed whole by the group cycle (scheduler.core.group) when set
+        self.groups: GroupCycle | None = None
 
     # ------------------------------------------------------------------ queueing
 
     def enqueue(self, pod: PodInfo) -> str | None:
         """Add or refresh a pending pod, unless a PreEnqueue plugin holds it back (the
         reason is returned; a gated pod is not in the queue)."""
+        if self.groups is not None:
+            self.groups.observe(pod)
         fw = self.frameworks.get(pod.scheduler_name)
         gate = fw.run_pre_enqueue(pod) if fw is not None else None
         if gate is not None:
@@ -161,6 +168,13 @@ class Scheduler:
         return None
 
     # ------------------------------------------------------------------ the scheduling cycle
+
+    def schedule(self, queued: QueuedPod[PodInfo]) -> list[Decision]:
+        """The cycle for a popped pod: its whole pod group's (`scheduler.core.group`) when it
+        belongs to one, else its own."""
+        if self.groups is not None and queued.pod.pod_group is not None:
+            return self.groups.schedule(self, queued)
+        return [self.schedule_one(queued)]
 
     def schedule_one(self, queued: QueuedPod[PodInfo]) -> Decision:
         pod = queued.pod
@@ -192,6 +206,21 @@ class Scheduler:
         state.write(ALLOCATION_KEY, result.allocation)
         self.cache.assume(pod, node, gpus)
         assumed = Assumed(pod, node, gpus, fw, state, queued.attempts, start)
+        return self.reserve_and_permit(assumed, result, elapsed)
+
+    def reserve_and_permit(
+        self, assumed: Assumed, result: ScheduleResult, elapsed: float
+    ) -> Decision:
+        """Reserve and Permit for a pod assumed on its node; on a rejection or an error the
+        assumption is undone and the pod waits (unschedulable) or backs off (error)."""
+        pod, node, fw, state, start = (
+            assumed.pod,
+            assumed.node,
+            assumed.framework,
+            assumed.state,
+            assumed.started,
+        )
+        key = pod.key
         try:
             failure = fw.run_reserve(state, pod, node)
         except Exception as exc:
@@ -213,7 +242,7 @@ class Scheduler:
             assumed.waits = permit.waits
             assumed.permit = asyncio.get_running_loop().create_future()
             self.waiting[key] = assumed
-        self.hooks.assumed(pod, result, queued.attempts, elapsed)
+        self.hooks.assumed(pod, result, assumed.attempts, elapsed)
         return Decision(pod, "assumed", result, assumed=assumed, elapsed=elapsed)
 
     def _error(self, pod: PodInfo, fw: Framework, error: Exception, start: float) -> Decision:
@@ -327,6 +356,8 @@ class Scheduler:
         if result.outcome is BindOutcome.GONE:  # the pod was deleted
             if same_pod:
                 self.queue.delete(pod.key)
+        elif same_pod and self.groups is not None and self.groups.requeue_now(self, pod):
+            requeued = True  # others of its group are bound: no backoff
         elif same_pod:
             # as kube-scheduler, every other failure (a 409 too) is retried after backoff;
             # the watch drops the pod from the queue if someone else really bound it

@@ -29,6 +29,7 @@ from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 
 __all__ = [
     "ALLOCATION_KEY",
+    "DOMAIN_KEY",
     "MAX_NODE_SCORE",
     "NO_NODES_MESSAGE",
     "POINTS",
@@ -70,6 +71,10 @@ MAX_NODE_SCORE = 100
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 ALLOCATION_KEY = "topo-scheduler/allocation"
 """CycleState key of the devices allocated on the chosen node (an `Allocation` or None)."""
+
+DOMAIN_KEY = "topo-scheduler/domain"
+"""CycleState key of the network domain a pod group member must go to: (the filter reason
+for nodes outside it, mask of the slots inside), written by the group cycle."""
 
 # A filter's verdict: (reason, mask of slots failing for that reason), in reason order.
 ReasonMasks = list[tuple[str, BoolArray]]
@@ -577,6 +582,12 @@ class Framework:
             absent = alive & ~allowed
             trace.append((absent, [(_absent_reason(plugin_name), absent)]))
             alive &= allowed
+        domain = state.get(DOMAIN_KEY)
+        if domain is not None:  # a pod group's network domain (scheduler.core.group)
+            reason, inside = domain
+            outside = alive & ~inside
+            trace.append((outside, [(reason, outside)]))
+            alive &= inside
         for plugin in self.filters:
             if not alive.any():
                 break

@@ -20,6 +20,7 @@ from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
     "DEFAULT_MILLI_CPU_REQUEST",
+    "GroupRef",
     "HostPort",
     "ModelError",
     "NodeInfo",
@@ -285,6 +286,76 @@ def _pod_requests(
     return total
 
 
+# Pod groups (gang scheduling, `scheduler.core.group`): how a pod names its group.
+SOURCE_SCHEDULER_PLUGINS = "scheduling.x-k8s.io"  # PodGroup v1alpha1, label on the pod
+SOURCE_KUBERNETES = "scheduling.k8s.io"  # PodGroup v1beta1, spec.schedulingGroup
+SOURCE_ANNOTATION = "annotation"  # no CRD: annotations on the pods
+LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+ANNOTATION_POD_GROUP = "topo-scheduler.io/pod-group"
+ANNOTATION_MIN_MEMBER = "topo-scheduler.io/min-member"
+ANNOTATION_TOPOLOGY_REQUIRED = "topo-scheduler.io/topology-required"
+ANNOTATION_TOPOLOGY_PREFERRED = "topo-scheduler.io/topology-preferred"
+GROUP_ANNOTATIONS = (
+    ANNOTATION_POD_GROUP,
+    ANNOTATION_MIN_MEMBER,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """The pod group a pod joins, and what the pod itself says about it (annotations)."""
+
+    source: str  # SOURCE_*
+    namespace: str
+    name: str
+    min_member: int | None = None  # topo-scheduler.io/min-member (the annotation form)
+    required: str | None = None  # topo-scheduler.io/topology-required: a node label key
+    preferred: str | None = None  # topo-scheduler.io/topology-preferred: a node label key
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _pod_group(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], where: Fields, namespace: str
+) -> GroupRef | None:
+    """The pod's group: spec.schedulingGroup.podGroupName (Kubernetes PodGroup), the
+    scheduler-plugins label, or the topo-scheduler.io/pod-group annotation, in that order."""
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    group = where.mapping(spec.get("schedulingGroup"), "spec.schedulingGroup")
+    source, name = "", ""
+    if group.get("podGroupName") is not None:
+        path = "spec.schedulingGroup.podGroupName"
+        source, name = SOURCE_KUBERNETES, where.name(group.get("podGroupName"), path)
+    elif isinstance(labels, Mapping) and labels.get(LABEL_POD_GROUP):
+        source, name = SOURCE_SCHEDULER_PLUGINS, str(labels[LABEL_POD_GROUP])
+    elif isinstance(annotations, Mapping) and annotations.get(ANNOTATION_POD_GROUP):
+        source, name = SOURCE_ANNOTATION, str(annotations[ANNOTATION_POD_GROUP])
+    if not source:
+        return None
+    path = f"metadata.annotations.{ANNOTATION_MIN_MEMBER}"
+    raw = annotations.get(ANNOTATION_MIN_MEMBER)
+    min_member: int | None = None
+    if raw is not None:
+        text = str(raw).strip()
+        if not text.isdigit() or int(text) < 1:
+            raise where.fail(path, f"must be a positive integer, got {raw!r}")
+        min_member = int(text)
+    elif source == SOURCE_ANNOTATION:
+        raise where.fail(path, f"is required with {ANNOTATION_POD_GROUP}")
+    keys = []
+    for annotation in (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED):
+        value = annotations.get(annotation)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise where.fail(f"metadata.annotations.{annotation}", "must be a node label key")
+        keys.append(value.strip() if isinstance(value, str) else None)
+    return GroupRef(source, namespace, name, min_member, keys[0], keys[1])
+
+
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     """A pod parsed for scheduling. Resource amounts are in kube's units (milli-CPU, bytes)."""
@@ -313,6 +384,7 @@ class PodInfo:
     scheduling_gates: tuple[str, ...] = ()
     resource_version: str = ""
     container_count: int = 0
+    pod_group: GroupRef | None = None  # the pod group it belongs to (scheduler.core.group)
 
     @property
     def key(self) -> str:
@@ -364,6 +436,7 @@ class PodInfo:
             scheduling_gates=_scheduling_gates(spec, where),
             resource_version=str(meta.get("resourceVersion") or ""),
             container_count=resources.container_count,
+            pod_group=_pod_group(meta, spec, where, namespace),
         )
 
 

@@ -213,6 +213,34 @@ class SchedulingQueue(Generic[T]):
         self._to_backoff(qp)
         return True
 
+    def take(self, key: str) -> QueuedPod[T] | None:
+        """Put a waiting pod (active, backoff or unschedulable) in flight with the pod just
+        popped: a pod group's members are scheduled together. None if it is not waiting."""
+        qp = self._pods.get(key)
+        if qp is None or self._where[key] is Where.IN_FLIGHT:
+            return None
+        self._unschedulable.pop(key, None)
+        self._active_seq.pop(key, None)
+        self._backoff_seq.pop(key, None)
+        qp.attempts += 1
+        qp.cycle = self._moves
+        qp.since = self._clock()
+        self._where[key] = Where.IN_FLIGHT
+        return qp
+
+    def activate(self, key: str, priority: int | None = None) -> bool:
+        """An in-flight pod goes straight back to active, without backoff (a pod group's
+        member whose binding failed after others of its group were bound), optionally with
+        another priority (the group's)."""
+        qp = self._pods.get(key)
+        if qp is None or self._where[key] is not Where.IN_FLIGHT:
+            return False
+        if priority is not None:
+            qp.priority = priority
+        qp.backoff_until = 0.0
+        self._to_active(qp)
+        return True
+
     def move_all(self, event: ClusterEvent, *, except_key: str | None = None) -> int:
         """A cluster event that may help: every unschedulable pod goes back (backoff honoured),
         but `except_key` (the pod whose own failure caused the event)."""

@@ -38,7 +38,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.model import GROUP_ANNOTATIONS, ModelError, NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import (
@@ -49,6 +49,7 @@ from scheduler.core.topology.schema import (
 )
 from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
+from scheduler.kube.groups import KubeGroups
 from scheduler.kube.informer import Backoff, Reflector
 from scheduler.kube.metrics import Metrics
 
@@ -132,6 +133,7 @@ class KubeScheduler(CycleHooks):
         )
         self.binder = KubeBinder(self)
         self.cycle = Scheduler(self.cache, self.queue, frameworks, self.binder, self)
+        self.groups = KubeGroups(self)  # PodGroup discovery and watches; the group cycle
         self._apply_backoff(config)
         self.pods = Reflector(
             client,
@@ -171,12 +173,13 @@ class KubeScheduler(CycleHooks):
 
     @property
     def synced(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self.groups.is_synced
 
     async def start(self) -> None:
         """Start informers and event workers (standbys run these too)."""
         self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
+        self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
@@ -188,6 +191,7 @@ class KubeScheduler(CycleHooks):
     async def wait_synced(self) -> None:
         await self.nodes.synced.wait()
         await self.pods.synced.wait()
+        await self.groups.synced()
 
     async def schedule_loop(self) -> None:
         """Pop and schedule while `active`; returns when deactivated."""
@@ -253,6 +257,7 @@ class KubeScheduler(CycleHooks):
         """
         self.config = config
         self._apply_backoff(config)
+        self.groups.apply_config(config)
         self.frameworks = frameworks
         self.cycle.frameworks = dict(frameworks)
         self.names = frozenset(frameworks)
@@ -271,12 +276,12 @@ class KubeScheduler(CycleHooks):
     def schedule_one(self, queued: QueuedPod[PodInfo]) -> None:
         """Run the scheduling cycle for one popped pod; an assumed pod's binding cycle runs
         as a task."""
-        decision = self.cycle.schedule_one(queued)
-        if decision.assumed is not None:
-            key = queued.key
-            self.binding[key] = asyncio.create_task(
-                self._binding_cycle(decision.assumed), name=f"bind {key}"
-            )
+        for decision in self.cycle.schedule(queued):  # a pod group's members together
+            if decision.assumed is not None:
+                key = decision.pod.key
+                self.binding[key] = asyncio.create_task(
+                    self._binding_cycle(decision.assumed), name=f"bind {key}"
+                )
 
     async def _binding_cycle(self, assumed: Assumed) -> None:
         try:
@@ -480,6 +485,7 @@ class KubeScheduler(CycleHooks):
                 == {k: v for k, v in old_spec.items() if k != "nodeName"}
                 and md.get("labels") == old_md.get("labels")
                 and md.get("deletionTimestamp") == old_md.get("deletionTimestamp")
+                and _same_group_annotations(annotations, old_md.get("annotations") or {})
                 and all(isinstance(v, str) for v in annotations.values())
                 and isinstance(spec.get("nodeName") or "", str)
                 and isinstance((obj.get("status") or {}).get("phase") or "", str)
@@ -508,6 +514,7 @@ class KubeScheduler(CycleHooks):
         key = pod.key
         self.infos[key] = pod
         if pod.node_name:
+            self.groups.cycle.observe(pod)  # a bound member counts for its group
             was_terminal = old is not None and (old.get("status") or {}).get("phase") in (
                 "Succeeded",
                 "Failed",
@@ -545,7 +552,9 @@ class KubeScheduler(CycleHooks):
         key = f"{md.get('namespace')}/{md.get('name')}"
         bound = bool((obj.get("spec") or {}).get("nodeName"))
         held = self.cache.get(key) is not None
-        self.infos.pop(key, None)
+        info = self.infos.pop(key, None)
+        if info is not None:
+            self.groups.cycle.forget(info)
         self.cache.remove_pod(key)
         self.queue.delete(key)
         self.foreign.discard(key)
@@ -651,6 +660,11 @@ class KubeBinder:
             log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
             return BindResult(BindOutcome.ERROR, str(exc))
         return BindResult(BindOutcome.BOUND)
+
+
+def _same_group_annotations(new: Obj, old: Obj) -> bool:
+    """The pod group annotations (read into PodInfo.pod_group) did not change."""
+    return all(new.get(key) == old.get(key) for key in GROUP_ANNOTATIONS)
 
 
 def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:

@@ -34,6 +34,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
+from scheduler.core.group import GroupCycle
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
 from scheduler.core.topology.device_plugin import device_plugin_set
@@ -46,6 +47,7 @@ from scheduler.core.topology.schema import (
     parse_gpu_indices,
 )
 from scheduler.core.topology.scoring import mask_to_indices
+from scheduler.sim.gangs import GangTracker
 from scheduler.sim.quality import QualityModel, SetQuality, stretched_duration
 from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
 
@@ -183,7 +185,7 @@ class Simulation:
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        from plugins import frameworks_for, gpu_resource
+        from plugins import frameworks_for, gpu_resource, topology_levels
 
         policy = POLICY_ALIASES.get(policy, policy)
         if policy not in POLICIES:
@@ -213,11 +215,16 @@ class Simulation:
         self.cycle = Scheduler(
             self.cache, self.queue, self.frameworks, _ClusterBinder(self), _Observer(self)
         )
+        self.gangs = GangTracker()  # multi-node jobs: start when all workers run
+        if policy in (TOPO, TOPO_NVIDIA_DP):  # count-only: one pod at a time, as kube
+            levels = topology_levels(self.config) or scenario.network_levels
+            self.cycle.groups = GroupCycle(levels, lambda: self.now)
         self.quality = QualityModel()
         self.records: dict[str, JobRecord] = {
             f"default/{j.name}": JobRecord(j) for j in scenario.jobs
         }
         self.kubelets: dict[str, _Kubelet] = {}
+        self._inter_node: dict[str, float] = {}  # node -> inter-node bandwidth, GB/s
         self.pod_objects: dict[str, dict[str, Any]] = {}
         self._bound: dict[str, PodInfo] = {}
         self.samples: list[Sample] = []
@@ -233,6 +240,7 @@ class Simulation:
     # ------------------------------------------------------------------ setup
 
     def _setup(self) -> None:
+        templates = {f"{t.name}-{i}": t for t in self.scenario.templates for i in range(t.count)}
         for obj in self.scenario.node_objects():
             info = NodeInfo.from_object(obj)
             topology = None
@@ -242,6 +250,7 @@ class Simulation:
                 topology = self.cache.gpus.topology[slot]
             kubelet = _Kubelet(info.name, obj, dict(info.allocatable), topology)
             self.kubelets[info.name] = kubelet
+            self._inter_node[info.name] = templates[info.name].inter_node_gbps
             self.total_gpus += kubelet.gpu_count
         for key, record in self.records.items():
             self._push(record.job.arrival, ARRIVAL, key)
@@ -296,15 +305,15 @@ class Simulation:
         while True:
             qp = self.queue.pop()
             if qp is None:
+                self.gangs.round_done()
                 return
-            record = self.records[qp.key]
-            record.attempts = qp.attempts
-            decision = self.cycle.schedule_one(qp)
-            self.schedule_seconds += decision.elapsed
-            if decision.outcome == "skipped":
-                record.reason = decision.message
-            if decision.assumed is not None:
-                drive(self.cycle.bind(decision.assumed))
+            self.records[qp.key].attempts = qp.attempts
+            for decision in self.cycle.schedule(qp):  # a pod group's members together
+                self.schedule_seconds += decision.elapsed
+                if decision.outcome == "skipped":
+                    self.records[decision.pod.key].reason = decision.message
+                if decision.assumed is not None:
+                    drive(self.cycle.bind(decision.assumed))
 
     # ------------------------------------------------------------------ events
 
@@ -334,6 +343,8 @@ class Simulation:
         # The pod is deleted: the watch reports it, the cache forgets it, and a deleted
         # assigned pod is a cluster event that may help unschedulable pods.
         self.cache.remove_pod(key)
+        if self.cycle.groups is not None:
+            self.cycle.groups.forget(pod)
         self.queue.move_all(ClusterEvent.POD_DELETE)
 
     # ------------------------------------------------------------------ the cluster
@@ -366,17 +377,30 @@ class Simulation:
         record.reason = None
         self.scheduled += 1
         self._pending_sizes[record.job.gpus] -= 1
-        run = record.job.duration
         if held and kubelet.topology is not None and free_before is not None:
             record.free_mask = free_before
             record.topology = kubelet.topology
             record.quality = self.quality.judge(kubelet.topology, free_before, held)
-            best = self.quality.best_busbw_on_node(kubelet.topology, len(held))
-            run = stretched_duration(
-                run, record.job.comm_share, best, record.quality.busbw_gbps
-            )  # fmt: skip
-        record.run_seconds = run
-        self._push(self.now + run, COMPLETION, key)
+        started = self.gangs.bound(self, key, node)  # a job's workers start together
+        run = self._run_time([self.records[k] for k in started])
+        for k in started:
+            self.records[k].run_seconds = run
+            self._push(self.now + run, COMPLETION, k)
+
+    def _run_time(self, workers: list[JobRecord]) -> float:
+        """How long a job runs on the GPU sets it got: its duration stretched by the slowest
+        worker's ring, and by the inter-node link when its workers span nodes."""
+        nodes = {r.node for r in workers}
+        inter = min(self._inter_node[n] for n in nodes if n) if len(nodes) > 1 else None
+        run = 0.0
+        for record in workers:
+            best = busbw = None
+            if record.quality is not None and record.topology is not None:
+                best = self.quality.best_busbw_on_node(record.topology, len(record.gpus))
+                busbw = record.quality.busbw_gbps
+            job = record.job
+            run = max(run, stretched_duration(job.duration, job.comm_share, best, busbw, inter))
+        return run
 
     def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
         """The kubelet's admission and the device plugin's allocation; returns the GPUs."""

@@ -199,6 +199,7 @@ def summarize(sim: Simulation) -> dict[str, Any]:
             "stranded_share_of_free": _round(stranded_share, 4),
         },
         "makespan_seconds": round(end, 3),
+        **({"gangs": gangs} if (gangs := sim.gangs.summary(sim, end)) is not None else {}),
         "pending_reasons": dict(reasons.most_common()),
     }
 
@@ -337,6 +338,8 @@ def render_table(doc: Mapping[str, Any]) -> str:
         "pct",
     )
     row("makespan", lambda p: p["makespan_seconds"], "s")
+    if any("gangs" in p for p in policies.values()):  # multi-node jobs (workers: N)
+        _gang_rows(row, policies)
     out = StringIO()
     console = Console(file=out, width=120, highlight=False)
     console.print(title, soft_wrap=True)
@@ -358,6 +361,28 @@ def render_table(doc: Mapping[str, Any]) -> str:
             console.print(f"{name}: {count} pod(s) pending: {reason}", soft_wrap=True)
     console.print(f"simulated in {doc['runtime_seconds']:.1f} s wall clock")
     return out.getvalue()
+
+
+def _gang_rows(row: Callable[..., None], policies: Mapping[str, Mapping[str, Any]]) -> None:
+    def gang(*keys: str) -> Callable[[Mapping[str, Any]], Any]:
+        def get(policy: Mapping[str, Any]) -> Any:
+            value: Any = policy.get("gangs")
+            for key in keys:
+                value = value.get(key) if isinstance(value, Mapping) else None
+            return value
+
+        return get
+
+    row("multi-node jobs started", lambda p: f"{gang('started')(p)}/{gang('jobs')(p)}")
+    row("  gang wait mean", gang("wait_seconds", "mean"), "s")
+    row("  gang wait max", gang("wait_seconds", "max"), "s")
+    row("  partially placed groups", gang("partially_placed"))
+    row("  GPU-hours held idle by incomplete groups", gang("idle_gpu_hours"))
+    levels = {
+        k for p in policies.values() for k in (p.get("gangs") or {}).get("spanning_domains", {})
+    }
+    for key in sorted(levels):
+        row(f"  jobs spanning >1 {key}", gang("spanning_domains", key))
 
 
 def plot(sims: Mapping[str, Simulation], path: str) -> None:

@@ -57,15 +57,15 @@ _TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
 _MAX_COUNT = 1_000_000
 _NODE_FIELDS = {
     "name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint",
-    "interNodeBandwidth",
+    "interNodeBandwidth", "network",
 }  # fmt: skip
 _JOB_FIELDS = {
     "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
-    "placement", "priority", "count", "interval", "comm",
+    "placement", "priority", "count", "interval", "comm", "workers", "topology",
 }  # fmt: skip
 _GEN_FIELDS = {
     "generate", "namePrefix", "arrivals", "duration", "gpus", "cpu", "memory", "cpuPerGpu",
-    "memoryPerGpu", "placement", "priority", "comm",
+    "memoryPerGpu", "placement", "priority", "comm", "workers", "topology",
 }  # fmt: skip
 DEFAULT_COMM = 0.3
 """Share of a multi-GPU job's best-case time spent in communication, unless it says."""
@@ -87,6 +87,8 @@ class NodeTemplate:
     topology: Topology | None
     topology_name: str  # built-in name, "inline", or "" for no GPU topology
     inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS
+    # network topology labels by position: (label key, nodes per domain), widest first
+    network: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,13 +104,16 @@ class Job:
     placement: str | None = None
     priority: int = 0
     comm: float | None = None  # None: DEFAULT_COMM for multi-GPU jobs, 0 for the others
+    group: str | None = None  # the multi-node job this pod is a worker of
+    workers: int = 1  # the job's workers (the group's minMember)
+    topology: tuple[str, str] | None = None  # ("required" | "preferred", node label key)
 
     @property
     def comm_share(self) -> float:
         """Share of the best-case run time spent in communication."""
         if self.comm is not None:
             return self.comm
-        return DEFAULT_COMM if self.gpus > 1 else 0.0
+        return DEFAULT_COMM if self.gpus > 1 or self.workers > 1 else 0.0
 
     def pod_object(self, scheduler_name: str = SCHEDULER_NAME) -> dict[str, Any]:
         """The Pod as a user would submit it to the topo-scheduler."""
@@ -130,6 +135,12 @@ class Job:
         if self.priority:
             spec["priority"] = self.priority
         annotations = {ANNOTATION_PLACEMENT: self.placement} if self.placement else {}
+        if self.group is not None:  # a worker of a multi-node job: an annotation pod group
+            annotations["topo-scheduler.io/pod-group"] = self.group
+            annotations["topo-scheduler.io/min-member"] = str(self.workers)
+            if self.topology is not None:
+                mode, key = self.topology
+                annotations[f"topo-scheduler.io/topology-{mode}"] = key
         created = EPOCH + timedelta(seconds=self.arrival)
         return {
             "apiVersion": "v1",
@@ -166,6 +177,8 @@ class Scenario:
                 if t.topology is not None:
                     annotations[ANNOTATION_TOPOLOGY] = format_topology(t.topology)
                 labels = {"kubernetes.io/hostname": name, **t.labels}
+                for key, per in t.network:  # e.g. racks of 4 nodes under spines of 8
+                    labels[key] = f"{t.name}-{key.rsplit('/', 1)[-1]}{i // per}"
                 out.append(
                     {
                         "apiVersion": "v1",
@@ -176,6 +189,15 @@ class Scenario:
                     }
                 )
         return out
+
+    @property
+    def network_levels(self) -> tuple[str, ...]:
+        """The network topology label keys of the node templates, widest first."""
+        keys: dict[str, None] = {}
+        for t in self.templates:
+            for key, _ in t.network:
+                keys[key] = None
+        return tuple(keys)
 
     @property
     def total_gpus(self) -> int:
@@ -356,7 +378,62 @@ def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
     )  # fmt: skip
     if inter_node <= 0:
         raise ScenarioError(f"{path}.interNodeBandwidth: must be > 0 (GB/s), got {inter_node:g}")
-    return NodeTemplate(name, count, resources, labels, taints, topology, topology_name, inter_node)
+    network = _network(data.get("network"), f"{path}.network")
+    return NodeTemplate(
+        name, count, resources, labels, taints, topology, topology_name, inter_node, network
+    )
+
+
+def _network(value: Any, path: str) -> tuple[tuple[str, int], ...]:
+    """`network: [{key: <node label>, nodesPer: N}, ...]`, widest first: node i of the
+    template is in domain i // N of each level (racks of 4 under spines of 8)."""
+    levels: list[tuple[str, int]] = []
+    for j, raw in enumerate(_FIELDS.list(value, path)):
+        item = _mapping(raw, f"{path}[{j}]", required=True)
+        _no_unknown(item, {"key", "nodesPer"}, f"{path}[{j}]")
+        key = _string(item.get("key"), f"{path}[{j}].key")
+        per = _integer(item.get("nodesPer"), f"{path}[{j}].nodesPer", minimum=1)
+        if levels and per > levels[-1][1]:
+            raise ScenarioError(
+                f"{path}[{j}].nodesPer: {per} is wider than the level above ({levels[-1][1]})"
+            )
+        levels.append((key, per))
+    return tuple(levels)
+
+
+def _job_topology(value: Any, path: str) -> tuple[str, str] | None:
+    """`topology: {required: <node label key>}` or `{preferred: ...}`."""
+    if value is None:
+        return None
+    data = _mapping(value, path, required=True)
+    _no_unknown(data, {"required", "preferred"}, path)
+    if len(data) != 1:
+        raise ScenarioError(f"{path}: give one of required, preferred")
+    mode = next(iter(data))
+    return str(mode), _string(data[mode], f"{path}.{mode}")
+
+
+def _as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list[Job]:
+    """A multi-node job as its worker pods (a pod group of `workers`); one worker stays one."""
+    if workers <= 1:
+        return [job]
+    return [
+        Job(
+            f"{job.name}-w{k}",
+            job.arrival,
+            job.duration,
+            job.gpus,
+            job.cpu,
+            job.memory,
+            job.placement,
+            job.priority,
+            job.comm,
+            job.name,
+            workers,
+            topology,
+        )
+        for k in range(workers)
+    ]
 
 
 # ---------------------------------------------------------------------------- jobs
@@ -386,7 +463,9 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
     placement = _placement(data.get("placement"), f"{path}.placement")
     priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
     comm = _comm(data.get("comm"), f"{path}.comm")
-    return [
+    workers = _integer(data.get("workers"), f"{path}.workers", default=1, minimum=1)
+    topology = _job_topology(data.get("topology"), f"{path}.topology")
+    jobs = [
         Job(
             name if count == 1 else f"{name}-{k}",
             arrival + k * interval,
@@ -400,6 +479,7 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
         )
         for k in range(count)
     ]
+    return [w for job in jobs for w in _as_workers(job, workers, topology)]
 
 
 def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]]:
@@ -447,6 +527,15 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
         raise ScenarioError(f"{path}.placement: shares add up to more than 1")
     priority = _integer(data.get("priority"), f"{path}.priority", default=0, minimum=-(2**31))
     comm = _comm(data.get("comm"), f"{path}.comm")
+    raw_workers = data.get("workers", 1)
+    if isinstance(raw_workers, Mapping):
+        worker_weights = _weights(raw_workers, f"{path}.workers", keys_int=True)
+        if any(k < 1 for k, _ in worker_weights) or sum(w for _, w in worker_weights) <= 0:
+            raise ScenarioError(f"{path}.workers: counts must be >= 1 with a weight > 0")
+    else:
+        worker_weights = [(_integer(raw_workers, f"{path}.workers", minimum=1), 1.0)]
+    topology = _job_topology(data.get("topology"), f"{path}.topology")
+    worker_rng = random.Random(f"{seed}/{index}/workers")
     rng = random.Random(f"{seed}/{index}")
     size_values = [k for k, _ in sizes]
     size_weights = [w for _, w in sizes]
@@ -467,19 +556,19 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
                     placement = value
                     break
         cpu, memory = _requests(data, path, gpus)
-        jobs.append(
-            Job(
-                f"{prefix}-{k:04d}",
-                round(t, 3),
-                round(duration, 3),
-                gpus,
-                cpu,
-                memory,
-                placement,
-                priority,
-                comm,
-            )
+        job = Job(
+            f"{prefix}-{k:04d}",
+            round(t, 3),
+            round(duration, 3),
+            gpus,
+            cpu,
+            memory,
+            placement,
+            priority,
+            comm,
         )
+        workers = int(worker_rng.choices(*zip(*worker_weights, strict=True))[0])
+        jobs.extend(_as_workers(job, workers, topology))
     return jobs
 
 

@@ -11,9 +11,17 @@ import copy
 from typing import Any
 
 from .server import EmulatorServer, Fault
-from .store import RESOURCES, ApiError, Obj, Resource
+from .store import K8S_PODGROUPS, RESOURCES, X_PODGROUPS, ApiError, Obj, Resource
 
-__all__ = ["ApiError", "Emulator", "Fault", "make_node", "make_pod"]
+__all__ = [
+    "K8S_PODGROUPS",
+    "X_PODGROUPS",
+    "ApiError",
+    "Emulator",
+    "Fault",
+    "make_node",
+    "make_pod",
+]
 
 PODS, NODES, CONFIGMAPS, CORE_EVENTS, NAMESPACES, EVENTS, LEASES = RESOURCES
 
@@ -123,6 +131,11 @@ class Emulator:
     def create(self, res: Resource, obj: Obj, namespace: str | None = None) -> Obj:
         store = self.server.store
         return copy.deepcopy(self.server.call(lambda: store.create(res, namespace, obj)))
+
+    def serve(self, *resources: Resource) -> None:
+        """Serve optional resources from now on (a CRD installed, a feature gate on)."""
+        store = self.server.store
+        self.server.call(lambda: store.served.update(resources))
 
     def create_node(self, name: str, **kw: Any) -> Obj:
         return self.create(NODES, make_node(name, **kw))

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from .store import (
+    OPTIONAL_RESOURCES,
     RESOURCES,
     ApiError,
     Change,
@@ -33,7 +34,9 @@ from .store import (
 
 T = TypeVar("T")
 
-_BY_PATH: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES}
+_BY_PATH: dict[tuple[str, str], Resource] = {
+    (r.api_version, r.plural): r for r in (*RESOURCES, *OPTIONAL_RESOURCES)
+}
 
 
 @dataclass
@@ -220,11 +223,40 @@ class EmulatorServer:
         if not rest:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         res = _BY_PATH.get((gv, rest[0]))
+        if res in OPTIONAL_RESOURCES and res not in self.store.served:
+            res = None
         if res is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
         return res, namespace, name, sub
+
+    def _discovery(self, path: str) -> web.Response | None:
+        """GET /apis/<group>/<version>: the APIResourceList of what is served there."""
+        parts = [p for p in path.split("/") if p]
+        if len(parts) != 3 or parts[0] != "apis":
+            return None
+        gv = f"{parts[1]}/{parts[2]}"
+        served = [r for r in (*RESOURCES, *self.store.served) if r.api_version == gv]
+        if not served:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        resources = [
+            {
+                "name": r.plural,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            }
+            for r in served
+        ]
+        return _json(
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": gv,
+                "resources": resources,
+            }
+        )
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         review = _REVIEWS.get((request.method, request.path))
@@ -232,6 +264,10 @@ class EmulatorServer:
             return _json(review(self, await request.json()), 201)
         if request.method == "GET" and request.path == "/version":
             return _json({"major": "1", "minor": "33", "gitVersion": "v1.33.0-emulator"})
+        if request.method == "GET":
+            listing = self._discovery(request.path)
+            if listing is not None:
+                return listing
         res, ns, name, sub = self._route(request.path)
         store = self.store
         method = request.method

@@ -51,6 +51,12 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
 )
 
+# Served only when a test says so (`Store.served`), as CRDs and feature-gated APIs are:
+# scheduler-plugins' PodGroup CRD and Kubernetes' own PodGroup (GenericWorkload gate).
+X_PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
+K8S_PODGROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
+OPTIONAL_RESOURCES: tuple[Resource, ...] = (X_PODGROUPS, K8S_PODGROUPS)
+
 
 class ApiError(Exception):
     """An error the API server answers with a Status object."""
@@ -250,7 +256,10 @@ class Store:
         self.history: deque[Change] = deque()
         self.history_limit = history
         self.compacted = 0  # changes with rv <= compacted are gone from the history
-        self.objects: dict[Resource, dict[tuple[str, str], Obj]] = {r: {} for r in RESOURCES}
+        self.objects: dict[Resource, dict[tuple[str, str], Obj]] = {
+            r: {} for r in (*RESOURCES, *OPTIONAL_RESOURCES)
+        }
+        self.served: set[Resource] = set()  # optional resources now served
         self.watchers: list[Watcher] = []
         self.binding_posts: dict[str, int] = {}  # "ns/name" -> POSTs to pods/binding
         self.bindings: dict[str, list[str]] = {}  # "ns/name" -> nodes bound to, in order

@@ -76,6 +76,16 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         # /metrics on the secure port: the caller's token is reviewed, then its access
         ("authentication.k8s.io", "tokenreviews", "create", ""),
         ("authorization.k8s.io", "subjectaccessreviews", "create", ""),
+        *(
+            (group, resource, verb, "")
+            for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")
+            for resource, verb in (
+                ("podgroups", "get"),
+                ("podgroups", "list"),
+                ("podgroups", "watch"),
+                ("podgroups/status", "patch"),
+            )
+        ),
         ("", "configmaps", "get", configmap),
         ("", "configmaps", "list", configmap),
         ("", "configmaps", "watch", configmap),

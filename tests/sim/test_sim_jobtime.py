@@ -89,3 +89,22 @@ def test_bad_job_time_fields(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError) as err:
         parse_scenario({**TWO_JOBS, **change})
     assert str(err.value) == message
+
+
+def test_a_job_spanning_nodes_runs_at_the_inter_node_bandwidth() -> None:
+    """Two 8-GPU workers on two DGX A100 nodes (NVSwitch, 300 GB/s inside a node): the ring
+    crosses the 50 GB/s inter-node link, by hand 100 x ((1 - 0.5) + 0.5 x 300 / 50) = 350 s;
+    both workers start and finish together."""
+    data = {
+        "name": "two-nodes",
+        "nodes": [{"name": "a100", "count": 2, "gpuTopology": "dgx-a100",
+                   "resources": {"cpu": "128", "memory": "1Ti"}}],
+        "jobs": [{"name": "big", "duration": 100, "gpus": 8, "workers": 2, "comm": 0.5}],
+    }  # fmt: skip
+    sim = Simulation(parse_scenario(data), "topo+topo-dp").run()
+    workers = [sim.records[f"default/big-w{i}"] for i in range(2)]
+    assert {w.node for w in workers} == {"a100-0", "a100-1"}
+    assert [w.run_seconds for w in workers] == [350.0, 350.0]
+    single = {**data, "jobs": [{"name": "one", "duration": 100, "gpus": 8, "comm": 0.5}]}
+    one = Simulation(parse_scenario(single), "topo+topo-dp").run().records["default/one"]
+    assert one.run_seconds == 100.0  # one node, the best ring on it: no stretch

@@ -1,0 +1,721 @@
+"""Gang scheduling: a pod group is placed whole, in the narrowest network domain, or not at all.
+
+Three sources name a group, all read into one `GroupSpec`:
+
+- scheduler-plugins' `PodGroup` (`scheduling.x-k8s.io/v1alpha1`: `spec.minMember`,
+  `spec.minResources`, `spec.scheduleTimeoutSeconds`); pods join with the label
+  `scheduling.x-k8s.io/pod-group: NAME` (what Kubeflow's training-operator and Trainer create);
+- Kubernetes' own `PodGroup` (`scheduling.k8s.io/v1beta1`: `spec.schedulingPolicy.gang.minCount`,
+  `spec.schedulingConstraints.topology[0].key`, a required level); pods join through
+  `spec.schedulingGroup.podGroupName`;
+- no object at all: the pods' annotations `topo-scheduler.io/pod-group: NAME` and
+  `topo-scheduler.io/min-member: N`.
+
+Either form may ask for a network domain with `topo-scheduler.io/topology-required` or
+`topo-scheduler.io/topology-preferred: <node label key>` (on the PodGroup or on its pods).
+
+The group cycle (`GroupCycle.schedule`), run when any member is popped:
+
+1. Fewer than minMember members exist (pending, assumed or bound): the popped pod waits
+   (`waiting for 2 more pods of pod group ml/llama`), no node is looked at.
+2. Every pending member is taken from the queue and placed on the one snapshot, each assumed
+   with its GPU set before the next is placed (so they never count the same GPUs twice), in
+   the chosen domain when the group asks for one.
+3. If at least minMember minus the members already placed fit, every placed member runs
+   Reserve and Permit and goes to its binding cycle; otherwise every assumption is forgotten
+   (nothing was reserved, nothing holds resources while it waits) and every member gets the
+   group's message once, e.g. ``pod group ml/llama: 3/4 pods fit; 0/12 nodes are available
+   for the 4th: 8 Insufficient nvidia.com/gpu.``. The members back off together (one attempt
+   count, one backoff).
+4. A binding that fails after others of the group were bound puts its pod straight back in
+   the active queue, with the group's priority.
+
+A domain: for a required level, the group goes to one domain of it or nowhere; for a preferred
+one, to the narrowest level that has a domain holding every pending member, walking up to the
+widest and to the whole cluster. Among the domains of that level that hold the group, the one
+with the least free room in the group's own terms wins (bin packing), ties to the best total
+score; the choice is explained (`GroupOutcome.domain_note`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler.core.cycle import Assumed, Decision, Scheduler
+from scheduler.core.decode import FieldError, Fields
+from scheduler.core.domains import (
+    NVLINK_CLIQUE,
+    DomainIndex,
+    Room,
+    domain_index,
+    level_name,
+    member_room,
+    rooms,
+    walk_levels,
+)
+from scheduler.core.framework import (
+    ALLOCATION_KEY,
+    DOMAIN_KEY,
+    NO_NODES_MESSAGE,
+    CycleState,
+    Framework,
+    ScheduleResult,
+)
+from scheduler.core.model import (
+    ANNOTATION_TOPOLOGY_PREFERRED,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    SOURCE_ANNOTATION,
+    SOURCE_KUBERNETES,
+    SOURCE_SCHEDULER_PLUGINS,
+    GroupRef,
+    PodInfo,
+)
+from scheduler.core.quantity import QuantityError, parse_quantity, to_units
+from scheduler.core.queue import QueuedPod, Where
+
+__all__ = [
+    "GroupCycle",
+    "GroupError",
+    "GroupOutcome",
+    "GroupSpec",
+    "kubernetes_group",
+    "ordinal",
+    "scheduler_plugins_group",
+]
+
+MAX_DOMAIN_TRIES = 4  # domains of one level tried in full before the next level
+GroupId = tuple[str, str]  # (source, "namespace/name")
+
+
+class GroupError(FieldError):
+    """A PodGroup object that cannot be read; the message names it and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """One pod group, whatever named it."""
+
+    source: str
+    namespace: str
+    name: str
+    min_member: int
+    timeout: float | None = None  # scheduleTimeoutSeconds
+    required: str | None = None  # node label key: one domain of it or nothing
+    preferred: str | None = None  # node label key: the narrowest domain holding the group
+    min_resources: Mapping[str, int] = field(default_factory=dict)
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def id(self) -> GroupId:
+        return (self.source, self.key)
+
+
+def _where(obj: Mapping[str, Any]) -> tuple[Fields, Mapping[str, Any], str, str]:
+    if not isinstance(obj, Mapping):
+        raise GroupError(f"PodGroup: must be a mapping, got {type(obj).__name__}")
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    namespace = str(meta.get("namespace") or "default")
+    where = Fields(GroupError, f"PodGroup {namespace}/{meta.get('name')}: ")
+    name = where.name(meta.get("name"), "metadata.name")
+    return where, meta, namespace, name
+
+
+def _topology_annotations(where: Fields, meta: Mapping[str, Any]) -> tuple[str | None, ...]:
+    annotations = where.string_map(meta.get("annotations"), "metadata.annotations")
+    keys = []
+    for annotation in (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED):
+        value = annotations.get(annotation)
+        if value is not None and not value.strip():
+            raise where.fail(f"metadata.annotations.{annotation}", "must be a node label key")
+        keys.append(value.strip() if value is not None else None)
+    return tuple(keys)
+
+
+def scheduler_plugins_group(obj: Mapping[str, Any]) -> GroupSpec:
+    """A scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`)."""
+    where, meta, namespace, name = _where(obj)
+    spec = where.mapping(obj.get("spec"), "spec")
+    min_member = where.integer(spec.get("minMember"), "spec.minMember", 1, minimum=1)
+    timeout = where.optional_integer(
+        spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", minimum=1
+    )
+    resources: dict[str, int] = {}
+    for resource, raw in where.mapping(spec.get("minResources"), "spec.minResources").items():
+        try:
+            resources[str(resource)] = to_units(str(resource), parse_quantity(str(raw)))
+        except (QuantityError, ValueError) as exc:
+            raise where.fail(f"spec.minResources.{resource}", str(exc)) from None
+    required, preferred = _topology_annotations(where, meta)
+    return GroupSpec(
+        SOURCE_SCHEDULER_PLUGINS,
+        namespace,
+        name,
+        min_member,
+        float(timeout) if timeout is not None else None,
+        required,
+        preferred,
+        resources,
+        str(meta.get("uid") or ""),
+    )
+
+
+def kubernetes_group(obj: Mapping[str, Any]) -> GroupSpec:
+    """A Kubernetes PodGroup (`scheduling.k8s.io/v1beta1`): gang.minCount (a basic policy is
+    a group of one), the first topology constraint's key as a required level."""
+    where, meta, namespace, name = _where(obj)
+    spec = where.mapping(obj.get("spec"), "spec")
+    policy = where.mapping(spec.get("schedulingPolicy"), "spec.schedulingPolicy")
+    gang = where.mapping(policy.get("gang"), "spec.schedulingPolicy.gang")
+    min_count = 1
+    if policy.get("gang") is not None:
+        path = "spec.schedulingPolicy.gang.minCount"
+        min_count = where.integer(gang.get("minCount"), path, minimum=1)
+    constraints = where.mapping(spec.get("schedulingConstraints"), "spec.schedulingConstraints")
+    topology = where.list(constraints.get("topology"), "spec.schedulingConstraints.topology")
+    required, preferred = _topology_annotations(where, meta)
+    if topology:
+        path = "spec.schedulingConstraints.topology[0]"
+        first = where.mapping(topology[0], path)
+        required = where.name(first.get("key"), f"{path}.key")
+    return GroupSpec(
+        SOURCE_KUBERNETES,
+        namespace,
+        name,
+        min_count,
+        None,
+        required,
+        preferred,
+        {},
+        str(meta.get("uid") or ""),
+    )
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st."""
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
+@dataclass(slots=True)
+class _Placed:
+    pod: PodInfo
+    queued: QueuedPod[PodInfo]
+    framework: Framework
+    state: CycleState
+    result: ScheduleResult
+    started: float
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One try of placing the pending members (in a domain or anywhere)."""
+
+    placed: list[_Placed]
+    failed: list[tuple[int, PodInfo, ScheduleResult | None, str]]  # (position, pod, result, why)
+    domain: tuple[str, str] | None = None  # (label key, value)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOutcome:
+    """What one group cycle did: for events, PodGroup status, explain and the simulator."""
+
+    spec: GroupSpec
+    members: Mapping[str, tuple[str | None, tuple[int, ...]]]  # pod -> (node or None, GPUs)
+    scheduled: bool  # enough members placed (and now reserved and binding)
+    waiting: bool  # too few members exist yet: no node was looked at
+    bound_before: int  # members already assumed or bound before the cycle
+    message: str | None  # the group's message when it did not schedule
+    domain: tuple[str, str] | None = None  # (label key, value) the members went to
+    domain_note: str | None = None  # why that domain
+    timed_out: bool = False  # unscheduled for longer than scheduleTimeoutSeconds
+
+
+class GroupCycle:
+    """Pod groups known to one scheduler: specs from PodGroup objects, members from the pods
+    seen, and the group cycle. The front end feeds it (`observe`, `set_spec`)."""
+
+    def __init__(
+        self,
+        levels: tuple[str, ...] = (),
+        clock: Callable[[], float] | None = None,
+        observer: Callable[[GroupOutcome], None] | None = None,
+    ) -> None:
+        self.levels = levels
+        self.clock = clock
+        self.observer = observer
+        self.specs: dict[GroupId, GroupSpec] = {}
+        self.members: dict[GroupId, dict[str, PodInfo]] = {}
+        self.started: dict[GroupId, float] = {}  # first attempt of the current wait
+        self.served: set[str] = {SOURCE_ANNOTATION}  # sources whose objects we can see
+        self.last: dict[GroupId, GroupOutcome] = {}
+
+    # ------------------------------------------------------------------ the front end's feed
+
+    def observe(self, pod: PodInfo) -> None:
+        """A pod was seen (pending or bound): remember its group membership."""
+        ref = pod.pod_group
+        if ref is not None:
+            self.members.setdefault((ref.source, ref.key), {})[pod.key] = pod
+
+    def forget(self, pod: PodInfo) -> None:
+        """A pod is gone (deleted, finished): a group left without members is forgotten."""
+        ref = pod.pod_group
+        if ref is None:
+            return
+        gid = (ref.source, ref.key)
+        members = self.members.get(gid)
+        if members is not None:
+            members.pop(pod.key, None)
+            if not members:
+                del self.members[gid]
+                self.started.pop(gid, None)
+                self.last.pop(gid, None)
+
+    def set_spec(self, spec: GroupSpec) -> None:
+        self.specs[spec.id] = spec
+
+    def remove_spec(self, source: str, key: str) -> None:
+        self.specs.pop((source, key), None)
+        self.started.pop((source, key), None)
+        self.last.pop((source, key), None)
+
+    def spec_for(self, ref: GroupRef, pods: list[PodInfo]) -> GroupSpec | str:
+        """The group's spec, or why there is none (its PodGroup object is not there). The
+        pods' topology annotations apply when the group object asks for no domain."""
+        refs = [p.pod_group for p in pods if p.pod_group is not None]
+        required = next((r.required for r in refs if r.required), None)
+        preferred = next((r.preferred for r in refs if r.preferred), None)
+        if ref.source == SOURCE_ANNOTATION:
+            mins = [r.min_member for r in refs if r.min_member]
+            return GroupSpec(
+                SOURCE_ANNOTATION,
+                ref.namespace,
+                ref.name,
+                max(mins) if mins else 1,
+                required=required,
+                preferred=preferred,
+            )
+        spec = self.specs.get((ref.source, ref.key))
+        if spec is None:
+            kind = f"PodGroup.{ref.source}"
+            if ref.source not in self.served:
+                return f"{kind} is not served by the API server"
+            return f"{kind} {ref.key} not found"
+        if spec.required is None and spec.preferred is None and (required or preferred):
+            spec = dataclasses.replace(spec, required=required, preferred=preferred)
+        return spec
+
+    def requeue_now(self, sched: Scheduler, pod: PodInfo) -> bool:
+        """A member's binding failed: when others of its group are bound, it goes straight
+        back to the active queue with the group's priority (True); else the usual backoff."""
+        ref = pod.pod_group
+        if ref is None:
+            return False
+        gid = (ref.source, ref.key)
+        members = self.members.get(gid, {})
+        placed = [k for k, p in members.items() if k != pod.key and _in_cache(sched, p)]
+        if not placed:
+            return False
+        priority = max([pod.priority, *(p.priority for p in members.values())])
+        return sched.queue.activate(pod.key, priority)
+
+    # ------------------------------------------------------------------ the group cycle
+
+    def _now(self, sched: Scheduler) -> float:
+        clock = self.clock or sched.queue._clock
+        return clock()
+
+    def _split(
+        self, sched: Scheduler, gid: GroupId, popped: QueuedPod[PodInfo]
+    ) -> tuple[list[QueuedPod[PodInfo]], list[PodInfo]]:
+        """(pending members, queued; members assumed or bound); forgets the gone ones."""
+        members = self.members.setdefault(gid, {})
+        members[popped.key] = popped.pod
+        pending: list[QueuedPod[PodInfo]] = [popped]
+        placed: list[PodInfo] = []
+        for key, pod in list(members.items()):
+            if key == popped.key:
+                continue
+            if _in_cache(sched, pod):
+                placed.append(sched.cache.get(key) or pod)
+                continue
+            qp = sched.queue.get(key)
+            if qp is not None and qp.pod.pod_group is not None and qp.pod.pod_group.key == gid[1]:
+                members[key] = qp.pod
+                if sched.queue.where(key) is not Where.IN_FLIGHT:
+                    pending.append(qp)
+                continue
+            del members[key]  # deleted, bound elsewhere, or left the group
+        return pending, placed
+
+    def schedule(self, sched: Scheduler, popped: QueuedPod[PodInfo]) -> list[Decision]:
+        """The group cycle for a popped member (see the module's docstring)."""
+        ref = popped.pod.pod_group
+        assert ref is not None
+        gid = (ref.source, ref.key)
+        start = sched.timer()
+        pending, placed = self._split(sched, gid, popped)
+        spec = self.spec_for(ref, [q.pod for q in pending] + placed)
+        if isinstance(spec, str):
+            message = f"pod group {ref.key}: {spec}"
+            return [self._park(sched, popped, message, start)]
+        now = self._now(sched)
+        first = self.started.setdefault(gid, now)
+        missing = spec.min_member - len(pending) - len(placed)
+        if missing > 0:
+            pods = "pod" if missing == 1 else "pods"
+            message = f"waiting for {missing} more {pods} of pod group {spec.key}"
+            decision = self._park(sched, popped, message, start)
+            self._report(
+                GroupOutcome(
+                    spec, _member_map(pending, placed, sched), False, True, len(placed), message
+                )
+            )
+            return [decision]
+        for qp in pending[1:]:
+            sched.queue.take(qp.key)
+        pending.sort(key=lambda q: (-q.pod.priority, q.pod.creation_timestamp, q.pod.key))
+        need = max(0, spec.min_member - len(placed))
+        short = _short_of(sched, spec) if need else None
+        problem: str | None = None
+        if short is not None:  # scheduler-plugins' minResources: not even in total
+            attempt, note = _Attempt([], []), None
+            problem = f"pod group {spec.key}: the cluster has too little free {short}"
+            problem += " for its minResources"
+        else:
+            attempt, note, problem = self._place(sched, spec, pending, placed, need)
+        elapsed = sched.timer() - start
+        share = elapsed / max(1, len(pending))
+        decided: set[str] = set()  # members already told why (a Reserve/Permit rejection)
+        if problem is None and len(attempt.placed) >= need and attempt.placed:
+            decisions = self._commit(sched, attempt, share)
+            if all(d.outcome == "assumed" for d in decisions):
+                return self._scheduled(
+                    sched, spec, gid, pending, placed, attempt, note, share, decisions
+                )
+            rejected = decisions[-1]
+            decided.add(rejected.pod.key)
+            problem = f"pod group {spec.key}: {rejected.pod.key}: {rejected.message}"
+            for d in decisions:
+                if d.assumed is not None:
+                    sched._undo(d.assumed)
+        self._forget(sched, attempt)
+        message = problem or self._message(spec, attempt, len(pending), need)
+        timed_out = spec.timeout is not None and now - first > spec.timeout
+        if timed_out:
+            message += f"; unscheduled longer than its scheduleTimeoutSeconds ({spec.timeout:g}s)"
+        attempts = max(q.attempts for q in pending)
+        decisions = []
+        for qp in pending:
+            qp.attempts = attempts  # one backoff for the whole group
+            fw = _fw(sched, qp.pod)
+            if fw is None:
+                sched.queue.delete(qp.key)
+            elif qp.key not in decided:
+                decisions.append(sched._unschedulable(qp.pod, fw, message, share, None))
+        self._report(
+            GroupOutcome(
+                spec,
+                _member_map(pending, placed, sched),
+                False,
+                False,
+                len(placed),
+                message,
+                timed_out=timed_out,
+            )
+        )
+        return decisions
+
+    def _scheduled(
+        self,
+        sched: Scheduler,
+        spec: GroupSpec,
+        gid: GroupId,
+        pending: list[QueuedPod[PodInfo]],
+        placed: list[PodInfo],
+        attempt: _Attempt,
+        note: str | None,
+        share: float,
+        decisions: list[Decision],
+    ) -> list[Decision]:
+        """Enough members are reserved: the ones that did not fit wait, the group is
+        reported scheduled."""
+        self.started.pop(gid, None)
+        chosen = {d.pod.key for d in decisions}
+        for _, pod, _, why in attempt.failed:
+            fw = _fw(sched, pod)
+            if fw is not None and pod.key not in chosen:
+                decisions.append(sched._unschedulable(pod, fw, why, share, None))
+        members = _member_map(pending, placed, sched)
+        for d in decisions:
+            if d.assumed is not None:
+                members[d.pod.key] = (d.assumed.node, d.assumed.gpus)
+        self._report(
+            GroupOutcome(spec, members, True, False, len(placed), None, attempt.domain, note)
+        )
+        return decisions
+
+    def _report(self, outcome: GroupOutcome) -> None:
+        self.last[outcome.spec.id] = outcome
+        if self.observer is not None:
+            self.observer(outcome)
+
+    def _park(
+        self, sched: Scheduler, popped: QueuedPod[PodInfo], message: str, start: float
+    ) -> Decision:
+        fw = _fw(sched, popped.pod)
+        if fw is None:
+            sched.queue.delete(popped.key)
+            return Decision(
+                popped.pod, "skipped", message=f"no profile {popped.pod.scheduler_name!r}"
+            )
+        return sched._unschedulable(popped.pod, fw, message, sched.timer() - start, None)
+
+    # ------------------------------------------------------------------ placing
+
+    def _place(
+        self,
+        sched: Scheduler,
+        spec: GroupSpec,
+        pending: list[QueuedPod[PodInfo]],
+        placed: list[PodInfo],
+        need: int,
+    ) -> tuple[_Attempt, str | None, str | None]:
+        """The members' placement: (attempt, why this domain, a message that overrides the
+        count message). The attempt's members are assumed in the cache."""
+        asked = spec.required or spec.preferred
+        if asked is None:
+            return self._try(sched, pending, None), None, None
+        shapes = self._shapes(sched, pending)
+        if spec.required is not None:
+            index = domain_index(sched.cache.snapshot, spec.required)
+            own = self._own_domains(sched, index, placed)
+            candidates = [r for r in rooms(index, shapes) if r.holds >= need]
+            if own is not None:
+                candidates = [r for r in candidates if r.domain in own]
+            candidates.sort(key=lambda r: (r.holds < len(pending), r.free, -r.score, r.value))
+            best: _Attempt | None = None
+            for room in candidates[:MAX_DOMAIN_TRIES]:
+                attempt = self._try(sched, pending, (index, room))
+                if len(attempt.placed) >= need:
+                    return attempt, self._note(index, room, candidates, "required"), None
+                best = _better(best, attempt)
+                self._forget(sched, attempt)
+            level = level_name(spec.required)
+            message = (
+                f"pod group {spec.key}: no {level} domain holds {need} pods of the group "
+                f"(topology-required {spec.required})"
+            )
+            if best is not None:
+                message += f"; best try: {self._message(spec, best, len(pending), need)}"
+            return _Attempt([], []), None, message
+        assert spec.preferred is not None
+        for key in walk_levels(self.levels, spec.preferred):
+            index = domain_index(sched.cache.snapshot, key)
+            candidates = [r for r in rooms(index, shapes) if r.holds >= len(pending)]
+            candidates.sort(key=lambda r: (r.free, -r.score, r.value))
+            for room in candidates[:MAX_DOMAIN_TRIES]:
+                attempt = self._try(sched, pending, (index, room))
+                if len(attempt.placed) == len(pending):
+                    return attempt, self._note(index, room, candidates, "preferred"), None
+                self._forget(sched, attempt)
+        attempt = self._try(sched, pending, None)
+        walked = ", ".join(walk_levels(self.levels, spec.preferred))
+        note = f"no domain of {walked} holds all {len(pending)} pods: placed across the cluster"
+        return attempt, note, None
+
+    def _note(self, index: DomainIndex, room: Room, candidates: list[Room], how: str) -> str:
+        kind = " (NVLink domain)" if index.key == NVLINK_CLIQUE else ""
+        others = len(candidates) - 1
+        text = f"{index.key}={room.value}{kind}, topology-{how}: "
+        text += f"{room.free} pods of the group fit there"
+        if others:
+            plural = "s" if others != 1 else ""
+            text += f", the least free room of {len(candidates)} {index.key} domains that hold it"
+            text += f" ({others} other{plural})"
+        return f"{text}; group score {room.score}"
+
+    def _own_domains(
+        self, sched: Scheduler, index: DomainIndex, placed: list[PodInfo]
+    ) -> set[int] | None:
+        """The domains the group's placed members are in (a required level keeps them)."""
+        if not placed:
+            return None
+        own = set()
+        for pod in placed:
+            node = sched.cache.node_of(pod.key)
+            slot = sched.cache.snapshot.index.get(node or "")
+            if slot is not None:
+                own.add(index.of_slot(slot))
+        return own
+
+    def _shapes(
+        self, sched: Scheduler, pending: list[QueuedPod[PodInfo]]
+    ) -> list[tuple[int, Any, Any]]:
+        """Per distinct member shape: (members of it, room per slot, node totals)."""
+        snapshot = sched.cache.snapshot
+        groups: dict[tuple[Any, ...], list[PodInfo]] = {}
+        for qp in pending:
+            groups.setdefault(_shape(qp.pod), []).append(qp.pod)
+        out = []
+        for pods in groups.values():
+            fw = _fw(sched, pods[0])
+            if fw is None:
+                continue
+            result = fw.schedule(pods[0], snapshot, CycleState())
+            feasible = result.feasible
+            totals = (
+                result.totals
+                if result.totals.size == snapshot.capacity
+                else np.zeros(snapshot.capacity, np.int64)
+            )
+            out.append((len(pods), member_room(snapshot, pods[0], feasible), totals))
+        return out
+
+    def _try(
+        self,
+        sched: Scheduler,
+        pending: list[QueuedPod[PodInfo]],
+        domain: tuple[DomainIndex, Room] | None,
+    ) -> _Attempt:
+        """Place each member in turn on the snapshot (assumed before the next)."""
+        attempt = _Attempt([], [])
+        inside = None
+        reason = ""
+        if domain is not None:
+            index, room = domain
+            inside = index.mask(room.domain)
+            reason = f"node(s) outside the pod group's {index.key}={room.value}"
+            attempt.domain = (index.key, room.value)
+        snapshot = sched.cache.snapshot
+        for position, qp in enumerate(pending, 1):
+            pod = qp.pod
+            fw = _fw(sched, pod)
+            if fw is None:
+                attempt.failed.append((position, pod, None, f"no profile {pod.scheduler_name!r}"))
+                continue
+            started = sched.timer()
+            state = CycleState()
+            if inside is not None:
+                state.write(DOMAIN_KEY, (reason, inside[: snapshot.capacity]))
+            try:
+                result = fw.schedule(pod, snapshot, state)
+            except Exception as exc:  # a plugin bug: this member does not fit
+                attempt.failed.append((position, pod, None, str(exc) or type(exc).__name__))
+                continue
+            sched.hooks.decided(pod, result, state)
+            if result.node is None:
+                attempt.failed.append((position, pod, result, result.message or NO_NODES_MESSAGE))
+                continue
+            state.write(ALLOCATION_KEY, result.allocation)
+            sched.cache.assume(pod, result.node, result.gpus)
+            attempt.placed.append(_Placed(pod, qp, fw, state, result, started))
+        return attempt
+
+    def _forget(self, sched: Scheduler, attempt: _Attempt) -> None:
+        for p in attempt.placed:
+            if sched.still_assumed(p.pod):
+                sched.cache.forget(p.pod.key)
+
+    def _undo_all(self, sched: Scheduler, assumed: list[Assumed]) -> None:
+        for a in assumed:
+            sched._undo(a)
+
+    def _commit(self, sched: Scheduler, attempt: _Attempt, share: float) -> list[Decision]:
+        """Reserve and Permit every placed member; stops at the first that is rejected."""
+        decisions: list[Decision] = []
+        for p in attempt.placed:
+            result = p.result
+            assert result.node is not None
+            assumed = Assumed(
+                p.pod, result.node, result.gpus, p.framework, p.state, p.queued.attempts, p.started
+            )
+            decision = sched.reserve_and_permit(assumed, result, share)
+            decisions.append(decision)
+            if decision.outcome != "assumed":
+                break
+        return decisions
+
+    def _message(self, spec: GroupSpec, attempt: _Attempt, count: int, need: int) -> str:
+        fit = len(attempt.placed)
+        text = f"pod group {spec.key}: {fit}/{count} pods fit"
+        if need != count:
+            text += f" ({need} needed)"
+        if attempt.failed:
+            position, _, _, why = attempt.failed[0]
+            nth = f"for the {ordinal(position)}"
+            if why.startswith("0/") and " nodes are available" in why:
+                why = why.replace(" nodes are available", f" nodes are available {nth}", 1)
+            else:
+                why = f"{nth}: {why}"
+            text += f"; {why}"
+        elif not attempt.placed:
+            text += "."
+        if not text.endswith("."):
+            text += "."
+        return text
+
+
+def _better(best: _Attempt | None, attempt: _Attempt) -> _Attempt:
+    if best is None or len(attempt.placed) > len(best.placed):
+        return _Attempt(list(attempt.placed), list(attempt.failed), attempt.domain)
+    return best
+
+
+def _short_of(sched: Scheduler, spec: GroupSpec) -> str | None:
+    """The first resource of the group's minResources that the live nodes do not have free
+    in total (None: they have it all)."""
+    snapshot = sched.cache.snapshot
+    live = snapshot.live
+    for resource, amount in sorted(spec.min_resources.items()):
+        row = snapshot.row.get(resource)
+        free = 0
+        if row is not None:
+            free = int((snapshot.allocatable[row][live] - snapshot.requested[row][live]).sum())
+        if free < amount:
+            return resource
+    return None
+
+
+def _fw(sched: Scheduler, pod: PodInfo) -> Framework | None:
+    return sched.frameworks.get(pod.scheduler_name)
+
+
+def _in_cache(sched: Scheduler, pod: PodInfo) -> bool:
+    cached = sched.cache.get(pod.key)
+    return cached is not None and (not pod.uid or cached.uid == pod.uid)
+
+
+def _member_map(
+    pending: list[QueuedPod[PodInfo]], placed: list[PodInfo], sched: Scheduler
+) -> dict[str, tuple[str | None, tuple[int, ...]]]:
+    members: dict[str, tuple[str | None, tuple[int, ...]]] = {}
+    for pod in placed:
+        members[pod.key] = (sched.cache.node_of(pod.key), sched.cache.gpus_held(pod.key) or ())
+    for qp in pending:
+        members.setdefault(qp.key, (None, ()))
+    return dict(sorted(members.items()))
+
+
+def _shape(pod: PodInfo) -> tuple[Any, ...]:
+    """What decides where a member fits: two members alike here fit alike."""
+    return (
+        pod.scheduler_name,
+        tuple(sorted(pod.requests.items())),
+        pod.node_selector,
+        pod.required_affinity,
+        pod.tolerations,
+        pod.host_ports,
+        pod.annotations.get("topo-scheduler.io/gpu-placement"),
+    )

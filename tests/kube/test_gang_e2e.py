@@ -1,0 +1,214 @@
+"""Pod groups bound whole over the API-server emulator: the annotation form, scheduler-plugins'
+PodGroup CRD and Kubernetes' PodGroup (discovered, not assumed), a binding failing mid-group,
+and a scheduler restarted with half a group bound."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.emulator import K8S_PODGROUPS, PODS, X_PODGROUPS, Emulator, make_pod
+from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
+
+
+def annotated(name: str, group: str = "llama", min_member: int = 4, **kw: Any) -> dict[str, Any]:
+    return {
+        "gpus": 8,
+        "namespace": "ml",
+        "annotations": {
+            "topo-scheduler.io/pod-group": group,
+            "topo-scheduler.io/min-member": str(min_member),
+        },
+        **kw,
+    }
+
+
+def keys(n: int, prefix: str = "w") -> list[str]:
+    return [f"ml/{prefix}{i}" for i in range(n)]
+
+
+def unbound(emu: Emulator, names: list[str]) -> bool:
+    pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in emu.pods()}
+    return all(not pods[k]["spec"].get("nodeName") for k in names)
+
+
+def group_message(emu: Emulator, key: str) -> str | None:
+    for cond in emu.pod(key)["status"].get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message"))
+    return None
+
+
+def test_annotation_group_waits_whole_then_binds_whole(emulator: Emulator) -> None:
+    for i in range(3):
+        emulator.create_node(f"n{i}", gpus=8)
+    for i in range(4):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}"))
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(
+            lambda: all(group_message(emulator, k) for k in keys(4)), what="a message per member"
+        )
+        message = group_message(emulator, "ml/w0")
+        assert message is not None
+        assert message.startswith("pod group ml/llama: 3/4 pods fit; 0/3 nodes are available")
+        assert unbound(emulator, keys(4))
+        assert all(emulator.binding_posts(k) == 0 for k in keys(4))
+        emulator.create_node("n3", gpus=8)
+        await wait_for(lambda: all_bound_once(emulator, keys(4)), what="the group bound")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    nodes = {emulator.pod(k)["spec"]["nodeName"] for k in keys(4)}
+    assert nodes == {"n0", "n1", "n2", "n3"}
+
+
+def test_scheduler_plugins_podgroup_is_bound_whole_with_status(emulator: Emulator) -> None:
+    emulator.serve(X_PODGROUPS)
+    for i in range(4):
+        emulator.create_node(f"n{i}", gpus=8)
+    emulator.create(
+        X_PODGROUPS,
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "job", "namespace": "ml"},
+            "spec": {"minMember": 3, "scheduleTimeoutSeconds": 60},
+        },
+        "ml",
+    )
+    labels = {"scheduling.x-k8s.io/pod-group": "job"}
+    for i in range(2):
+        emulator.create_pod(f"w{i}", namespace="ml", gpus=8, labels=labels)
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(
+            lambda: (
+                group_message(emulator, "ml/w0") == "waiting for 1 more pod of pod group ml/job"
+            ),
+            what="the group waiting",
+        )
+        assert emulator.get(X_PODGROUPS, "job", "ml").get("status", {}).get("phase") == "Pending"
+        emulator.create_pod("w2", namespace="ml", gpus=8, labels=labels)
+        await wait_for(lambda: all_bound_once(emulator, keys(3)), what="the group bound")
+        await wait_for(
+            lambda: (
+                emulator.get(X_PODGROUPS, "job", "ml").get("status", {}).get("phase") == "Scheduled"
+            ),
+            what="phase Scheduled",
+        )
+        assert emulator.get(X_PODGROUPS, "job", "ml")["status"]["scheduled"] == 3
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+
+
+def test_kubernetes_podgroup_is_discovered_and_bound_whole(emulator: Emulator) -> None:
+    emulator.serve(K8S_PODGROUPS)
+    rack = "network.topology.nvidia.com/leaf"
+    for i in range(4):
+        emulator.create_node(f"a{i}", gpus=8, labels={rack: "a"})
+    for i in range(2):
+        emulator.create_node(f"b{i}", gpus=8, labels={rack: "b"})
+    emulator.create(
+        K8S_PODGROUPS,
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "job", "namespace": "ml"},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": {"topology": [{"key": rack}]},
+            },
+        },
+        "ml",
+    )
+    for i in range(2):
+        obj = make_pod(f"w{i}", namespace="ml", gpus=8, scheduler="topo-scheduler")
+        obj["spec"]["schedulingGroup"] = {"podGroupName": "job"}
+        emulator.create(PODS, obj, "ml")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: all_bound_once(emulator, keys(2)), what="the group bound")
+
+        def condition() -> dict[str, Any] | None:
+            status = emulator.get(K8S_PODGROUPS, "job", "ml").get("status") or {}
+            return next(
+                (
+                    c
+                    for c in status.get("conditions") or []
+                    if c["type"] == "PodGroupInitiallyScheduled"
+                ),
+                None,
+            )
+
+        await wait_for(lambda: (condition() or {}).get("status") == "True", what="condition")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    # required rack, least free room: rack b holds exactly the two members
+    assert {emulator.pod(k)["spec"]["nodeName"] for k in keys(2)} == {"b0", "b1"}
+
+
+def test_kubernetes_podgroup_not_served_is_said(emulator: Emulator) -> None:
+    emulator.create_node("n0", gpus=8)
+    obj = make_pod("w0", namespace="ml", gpus=8, scheduler="topo-scheduler")
+    obj["spec"]["schedulingGroup"] = {"podGroupName": "job"}
+    emulator.create(PODS, obj, "ml")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: group_message(emulator, "ml/w0") is not None, what="message")
+        assert group_message(emulator, "ml/w0") == (
+            "pod group ml/job: PodGroup.scheduling.k8s.io is not served by the API server"
+        )
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.binding_posts("ml/w0") == 0
+
+
+def test_binding_failure_mid_group_is_retried_at_once(emulator: Emulator) -> None:
+    for i in range(4):
+        emulator.create_node(f"n{i}", gpus=8)
+    emulator.fail(500, count=1, method="POST", path_contains="/pods/w2/binding")
+    for i in range(4):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}"))
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(
+            lambda: all(emulator.pod(k)["spec"].get("nodeName") for k in keys(4)),
+            what="the group bound",
+        )
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.request_count("POST", "/pods/w2/binding") == 2  # the failed one, again
+    assert all(len(emulator.bindings().get(k, [])) == 1 for k in keys(4))
+    assert len({emulator.pod(k)["spec"]["nodeName"] for k in keys(4)}) == 4
+
+
+def test_restart_with_half_a_group_bound(emulator: Emulator) -> None:
+    for i in range(4):
+        emulator.create_node(f"n{i}", gpus=8)
+    # an earlier replica bound two members before it stopped
+    for i in range(2):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}", node=f"n{i}"))
+    for i in range(2, 4):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}"))
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(
+            lambda: all(emulator.pod(k)["spec"].get("nodeName") for k in keys(4)),
+            what="the rest of the group bound",
+        )
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert [emulator.binding_posts(k) for k in keys(4)] == [0, 0, 1, 1]
+    assert {emulator.pod(k)["spec"]["nodeName"] for k in keys(4)} == {"n0", "n1", "n2", "n3"}
