@@ -28,6 +28,7 @@ from scheduler.core.framework import (
 )
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
 from scheduler.core.queue import SchedulingQueue
+from scheduler.core.storage import STORAGE_KINDS
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
 
@@ -68,6 +69,7 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
+    storage: list[Any] = []
     for obj in _flatten(_documents(path), path):
         kind = obj.get("kind")
         try:
@@ -75,8 +77,12 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
                 nodes.append(NodeInfo.from_object(obj))
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
+            elif isinstance(kind, str) and kind in STORAGE_KINDS:
+                storage.append(STORAGE_KINDS[kind].from_object(obj))
         except ModelError as exc:
             raise ExplainError(f"{path}: {exc}") from None
+    for value in storage:
+        cache.snapshot.storage.add(value)
     for node in nodes:
         cache.add_node(node)
     for pod in pods:

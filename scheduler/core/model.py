@@ -12,9 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
+
+if TYPE_CHECKING:
+    from scheduler.core.storage import PodResourceClaim, PodVolume
 
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
@@ -330,6 +333,15 @@ def _pod_requests(
     return total
 
 
+def _storage_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.volumes and spec.resourceClaims, parsed by `scheduler.core.storage` (which
+    imports this module, hence the late import)."""
+    from scheduler.core.storage import parse_pod_storage
+
+    volumes, claims = parse_pod_storage(obj)
+    return {"volumes": volumes, "resource_claims": claims}
+
+
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     """A pod parsed for scheduling. Resource amounts are in kube's units (milli-CPU, bytes)."""
@@ -358,6 +370,8 @@ class PodInfo:
     scheduling_gates: tuple[str, ...] = ()
     resource_version: str = ""
     container_count: int = 0
+    volumes: tuple[PodVolume, ...] = ()
+    resource_claims: tuple[PodResourceClaim, ...] = ()
 
     @property
     def key(self) -> str:
@@ -521,6 +535,7 @@ class PodInfo:
             scheduling_gates=gates,
             resource_version=str(meta.get("resourceVersion") or ""),
             container_count=len(everything),
+            **_storage_fields(obj),
         )
 
 
