@@ -557,7 +557,8 @@ def test_dra_claim_from_a_template_not_created_yet() -> None:
     [
         (
             pvc("c") | {"spec": {"accessModes": ["ReadWriteSometimes"]}},
-            'PersistentVolumeClaim default/c: spec.accessModes[0]: Unsupported value: "ReadWriteSometimes"',
+            "PersistentVolumeClaim default/c: spec.accessModes[0]: "
+            'Unsupported value: "ReadWriteSometimes"',
         ),
         (
             pvc("c") | {"spec": {"resources": {"requests": {"storage": "lots"}}}},
@@ -595,6 +596,6 @@ def test_pod_volume_errors_name_the_pod_field() -> None:
     bad = with_volumes("p", [{"name": "d", "persistentVolumeClaim": {"claimName": 3}}])
     with pytest.raises(
         ModelError,
-        match=r"^Pod default/p: spec.volumes\[0\].persistentVolumeClaim.claimName: must be a string",
+        match=r"^Pod default/p: spec.volumes\[0\].persistentVolumeClaim.claimName: must be a str",
     ):
         PodInfo.from_object(bad)
