@@ -96,6 +96,26 @@ def _config(tmp_path: Path, timeout: int) -> str:
     return str(path)
 
 
+STORAGE_PATHS = (
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "storageclasses",
+    "csinodes",
+    "csidrivers",
+    "csistoragecapacities",
+    "resourceclaims",
+)
+
+
+def _writes_only_update(emu: Emulator, written: str, count: int) -> None:
+    """The scheduler's storage writes: `count` PUTs (RBAC's update) of `written`, nothing else
+    (the test-side PV controller writes to the store directly, not over HTTP)."""
+    assert emu.request_count("PUT", f"/{written}/") == count
+    for path in STORAGE_PATHS:
+        for method in ("POST", "PATCH", "DELETE") + (("PUT",) if path != written else ()):
+            assert emu.request_count(method, f"/{path}") == 0, (method, path)
+
+
 def _condition(emu: Emulator, key: str) -> Obj:
     conds = emu.pod(key).get("status", {}).get("conditions") or []
     return next((c for c in conds if c.get("type") == "PodScheduled"), {})
@@ -124,6 +144,7 @@ def test_wait_for_first_consumer_claim_selected_node_then_bound(emulator: Emulat
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
+    _writes_only_update(emulator, "persistentvolumeclaims", 1)
     claim = _claim(emulator, "data")
     node = emulator.pod("default/train")["spec"]["nodeName"]
     assert claim["metadata"]["annotations"][SELECTED] == node
@@ -229,6 +250,7 @@ def test_local_pv_admits_one_node_and_gets_the_claim_reference(emulator: Emulato
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
+    _writes_only_update(emulator, "persistentvolumes", 1)
     assert emulator.pod("default/train")["spec"]["nodeName"] == "n2"
     assert SELECTED not in (_claim(emulator, "data")["metadata"].get("annotations") or {})
 
