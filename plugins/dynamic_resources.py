@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from plugins._volumes import node_mask
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
-from scheduler.core.model import NodeInfo, NodeSelector, NodeSelectorRequirement, PodInfo
+from scheduler.core.model import NodeInfo, NodeSelector, PodInfo
 from scheduler.core.snapshot import BoolArray, Snapshot
+from scheduler.core.storage import requirement_matches
 
 NAME = "DynamicResources"
 NOT_ALLOCATED = (
@@ -33,26 +33,15 @@ REASON_NODE = "resourceclaim not available on the node"
 _STATE = f"{NAME}/selectors"
 
 
-def _requirement(req: NodeSelectorRequirement, value: str | None) -> bool:
-    if req.operator == "In":
-        return value is not None and value in req.values
-    if req.operator == "NotIn":
-        return value is None or value not in req.values
-    if req.operator == "Exists":
-        return value is not None
-    if req.operator == "DoesNotExist":
-        return value is None
-    return False
-
-
 def selector_admits(selector: NodeSelector, node: NodeInfo) -> bool:
     """A node selector against a node, with matchFields on metadata.name (which DRA's
     allocations use for node-local devices)."""
     for term in selector.terms:
         if not term.match_expressions and not term.match_fields:
             continue
-        if all(_requirement(r, node.labels.get(r.key)) for r in term.match_expressions) and all(
-            r.key == "metadata.name" and _requirement(r, node.name) for r in term.match_fields
+        if all(requirement_matches(r, node.labels) for r in term.match_expressions) and all(
+            r.key == "metadata.name" and requirement_matches(r, {r.key: node.name})
+            for r in term.match_fields
         ):
             return True
     return False
@@ -84,12 +73,16 @@ class DynamicResources:
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
     ) -> ReasonMasks:
         selectors: list[NodeSelector] = state.read(_STATE)
-        mask = np.zeros(snapshot.capacity, np.bool_)
-        for slot in np.flatnonzero(candidates):
-            node = snapshot.nodes[int(slot)]
-            if node is not None and not all(selector_admits(s, node) for s in selectors):
-                mask[slot] = True
-        return [(REASON_NODE, mask)]
+        return [
+            (
+                REASON_NODE,
+                node_mask(
+                    snapshot,
+                    candidates,
+                    lambda n: not all(selector_admits(s, n) for s in selectors),
+                ),
+            )
+        ]
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> DynamicResources:

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
-
+from plugins._volumes import node_mask
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import NodeInfo, PodInfo
@@ -112,15 +111,15 @@ class NodeVolumeLimits:
             attachable_volumes(pod, storage, True, new)
         except _NotFound as exc:  # every node: the pod cannot run without its claim
             return [(str(exc), candidates.copy())]
-        mask = np.zeros(snapshot.capacity, np.bool_)
-        for slot in np.flatnonzero(candidates):
-            node = snapshot.nodes[int(slot)]
-            if node is None:
-                continue
+        if not new:
+            return []
+
+        def over(node: NodeInfo) -> bool:
             limits = volume_limits(node, storage.csi_nodes.get(node.name))
-            if new and limits and exceeds(new, snapshot.pods[int(slot)].values(), storage, limits):
-                mask[slot] = True
-        return [(REASON, mask)]
+            pods = snapshot.pods[snapshot.index[node.name]].values()
+            return bool(limits) and exceeds(new, pods, storage, limits)
+
+        return [(REASON, node_mask(snapshot, candidates, over))]
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> NodeVolumeLimits:

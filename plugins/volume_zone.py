@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from plugins._volumes import node_mask
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import PodInfo
@@ -112,12 +111,9 @@ class VolumeZone:
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
     ) -> ReasonMasks:
         topologies: list[Topology] = state.read(_STATE)
-        mask = np.zeros(snapshot.capacity, np.bool_)
-        for slot in np.flatnonzero(candidates):
-            node = snapshot.nodes[int(slot)]
-            if node is not None and not node_fits(node.labels, topologies):
-                mask[slot] = True
-        return [(REASON, mask)]
+        return [
+            (REASON, node_mask(snapshot, candidates, lambda n: not node_fits(n.labels, topologies)))
+        ]
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> VolumeZone:

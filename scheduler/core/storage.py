@@ -54,6 +54,7 @@ __all__ = [
     "attach_limit_key",
     "node_selector_matches_labels",
     "parse_pod_storage",
+    "requirement_matches",
 ]
 
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -233,7 +234,7 @@ class LabelSelector:
         return True
 
 
-def _requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
+def requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     value = labels.get(req.key)
     op = req.operator
     if op == "In":
@@ -259,7 +260,7 @@ def node_selector_matches_labels(selector: NodeSelector, labels: Mapping[str, st
     for term in selector.terms:
         if term.match_fields or not term.match_expressions:
             continue
-        if all(_requirement_matches(r, labels) for r in term.match_expressions):
+        if all(requirement_matches(r, labels) for r in term.match_expressions):
             return True
     return False
 
@@ -291,6 +292,18 @@ def _class_of(annotations: Mapping[str, str], spec_class: str | None) -> str:
 
 def _version(rv: str) -> int:
     return int(rv) if rv.isdigit() else 0
+
+
+def _api_object(
+    raw: Mapping[str, Any], annotations: Mapping[str, str], resource_version: str
+) -> dict[str, Any]:
+    """A copy of the object as the API sent it, with the annotations (and version) given."""
+    obj = copy.deepcopy(dict(raw))
+    meta = obj.setdefault("metadata", {})
+    meta["annotations"] = dict(annotations)
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,12 +368,7 @@ class PersistentVolumeClaim:
 
     def to_object(self) -> dict[str, Any]:
         """The API object with this value's annotations (what PreBind writes)."""
-        obj = copy.deepcopy(dict(self.raw))
-        meta = obj.setdefault("metadata", {})
-        meta["annotations"] = dict(self.annotations)
-        if self.resource_version:
-            meta["resourceVersion"] = self.resource_version
-        return obj
+        return _api_object(self.raw, self.annotations, self.resource_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,11 +451,7 @@ class PersistentVolume:
 
     def to_object(self) -> dict[str, Any]:
         """The API object with this value's claimRef and annotations (what PreBind writes)."""
-        obj = copy.deepcopy(dict(self.raw))
-        meta = obj.setdefault("metadata", {})
-        meta["annotations"] = dict(self.annotations)
-        if self.resource_version:
-            meta["resourceVersion"] = self.resource_version
+        obj = _api_object(self.raw, self.annotations, self.resource_version)
         spec = obj.setdefault("spec", {})
         if self.claim_ref is None:
             spec.pop("claimRef", None)
@@ -819,14 +823,32 @@ class StorageState:
 
     # -- the watch (or a snapshot file) ----------------------------------------------------
 
-    def set_claim(self, claim: PersistentVolumeClaim) -> None:
-        assumed = self._assumed_claims.get(claim.key)
-        if assumed is not None and _version(claim.resource_version) >= _version(
-            assumed.resource_version
-        ):
-            del self._assumed_claims[claim.key]  # the API caught up
-        self.claims[claim.key] = claim
+    def _from_api(
+        self, store: dict[str, Any], assumed: dict[str, Any], key: str, value: Any
+    ) -> None:
+        """An object from the watch; it replaces an assumption it is not older than."""
+        mine = assumed.get(key)
+        if mine is not None and _version(value.resource_version) >= _version(mine.resource_version):
+            del assumed[key]  # the API caught up
+        store[key] = value
         self.generation += 1
+
+    def _assume(
+        self, store: dict[str, Any], assumed: dict[str, Any], kind: str, key: str, value: Any
+    ) -> None:
+        stored = store.get(key)
+        if stored is None:
+            raise AssumeError(f'{kind} "{key}" not found')
+        if _version(value.resource_version) < _version(stored.resource_version):
+            raise AssumeError(
+                f'couldn\'t assume {kind} "{key}": version '
+                f"{value.resource_version} is older than {stored.resource_version}"
+            )
+        assumed[key] = value
+        self.generation += 1
+
+    def set_claim(self, claim: PersistentVolumeClaim) -> None:
+        self._from_api(self.claims, self._assumed_claims, claim.key, claim)
 
     def remove_claim(self, key: str) -> None:
         self.claims.pop(key, None)
@@ -834,13 +856,7 @@ class StorageState:
         self.generation += 1
 
     def set_volume(self, volume: PersistentVolume) -> None:
-        assumed = self._assumed_volumes.get(volume.name)
-        if assumed is not None and _version(volume.resource_version) >= _version(
-            assumed.resource_version
-        ):
-            del self._assumed_volumes[volume.name]
-        self.volumes[volume.name] = volume
-        self.generation += 1
+        self._from_api(self.volumes, self._assumed_volumes, volume.name, volume)
 
     def remove_volume(self, name: str) -> None:
         self.volumes.pop(name, None)
@@ -912,28 +928,10 @@ class StorageState:
     # -- assumptions -----------------------------------------------------------------------
 
     def assume_volume(self, volume: PersistentVolume) -> None:
-        stored = self.volumes.get(volume.name)
-        if stored is None:
-            raise AssumeError(f'persistentvolume "{volume.name}" not found')
-        if _version(volume.resource_version) < _version(stored.resource_version):
-            raise AssumeError(
-                f'couldn\'t assume persistentvolume "{volume.name}": version '
-                f"{volume.resource_version} is older than {stored.resource_version}"
-            )
-        self._assumed_volumes[volume.name] = volume
-        self.generation += 1
+        self._assume(self.volumes, self._assumed_volumes, "persistentvolume", volume.name, volume)
 
     def assume_claim(self, claim: PersistentVolumeClaim) -> None:
-        stored = self.claims.get(claim.key)
-        if stored is None:
-            raise AssumeError(f'persistentvolumeclaim "{claim.key}" not found')
-        if _version(claim.resource_version) < _version(stored.resource_version):
-            raise AssumeError(
-                f'couldn\'t assume persistentvolumeclaim "{claim.key}": version '
-                f"{claim.resource_version} is older than {stored.resource_version}"
-            )
-        self._assumed_claims[claim.key] = claim
-        self.generation += 1
+        self._assume(self.claims, self._assumed_claims, "persistentvolumeclaim", claim.key, claim)
 
     def restore_volume(self, name: str) -> None:
         if self._assumed_volumes.pop(name, None) is not None:
