@@ -116,22 +116,31 @@ def _writes_only_update(emu: Emulator, written: str, count: int) -> None:
             assert emu.request_count(method, f"/{path}") == 0, (method, path)
 
 
+def _claim_and_pod(emu: Emulator) -> None:
+    """Two nodes, a WaitForFirstConsumer class that provisions, claim `data`, pod `train`."""
+    _setup(emu)
+    emu.create(PVCS, pvc("data", class_name="wait"), "default")
+    _pod_with_claim(emu, "train", "data")
+
+
+async def _node_selected(emu: Emulator) -> None:
+    await wait_for(
+        lambda: SELECTED in (_claim(emu, "data")["metadata"].get("annotations") or {}),
+        what="selected-node annotation",
+    )
+
+
 def _condition(emu: Emulator, key: str) -> Obj:
     conds = emu.pod(key).get("status", {}).get("conditions") or []
     return next((c for c in conds if c.get("type") == "PodScheduled"), {})
 
 
 def test_wait_for_first_consumer_claim_selected_node_then_bound(emulator: Emulator) -> None:
-    _setup(emulator)
-    emulator.create(PVCS, pvc("data", class_name="wait"), "default")
-    _pod_with_claim(emulator, "train", "data")
+    _claim_and_pod(emulator)
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
-        await wait_for(
-            lambda: SELECTED in (_claim(emulator, "data")["metadata"].get("annotations") or {}),
-            what="selected-node annotation",
-        )
+        await _node_selected(emulator)
         # the scheduler waits for the PV controller: no binding yet
         await asyncio.sleep(0.5)
         assert emulator.binding_posts("default/train") == 0
@@ -154,9 +163,7 @@ def test_wait_for_first_consumer_claim_selected_node_then_bound(emulator: Emulat
 def test_bind_timeout_requeues_reverts_and_binds_nothing(
     emulator: Emulator, tmp_path: Path
 ) -> None:
-    _setup(emulator)
-    emulator.create(PVCS, pvc("data", class_name="wait"), "default")
-    _pod_with_claim(emulator, "train", "data")
+    _claim_and_pod(emulator)
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator, config_file=_config(tmp_path, 1))).start()
@@ -194,16 +201,11 @@ def test_bind_timeout_requeues_reverts_and_binds_nothing(
 
 
 def test_claim_deleted_while_waiting_for_the_pv_controller(emulator: Emulator) -> None:
-    _setup(emulator)
-    emulator.create(PVCS, pvc("data", class_name="wait"), "default")
-    _pod_with_claim(emulator, "train", "data")
+    _claim_and_pod(emulator)
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
-        await wait_for(
-            lambda: SELECTED in (_claim(emulator, "data")["metadata"].get("annotations") or {}),
-            what="selected-node annotation",
-        )
+        await _node_selected(emulator)
         emulator.delete(PVCS, "data", "default")
         want = '0/2 nodes are available: persistentvolumeclaim "data" not found.'
         await wait_for(
