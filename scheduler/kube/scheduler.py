@@ -487,6 +487,9 @@ class KubeScheduler(CycleHooks):
                 == {k: v for k, v in old_spec.items() if k != "nodeName"}
                 and md.get("labels") == old_md.get("labels")
                 and md.get("deletionTimestamp") == old_md.get("deletionTimestamp")
+                # the ResourceClaims made for the pod from templates are named in its status
+                and (obj.get("status") or {}).get("resourceClaimStatuses")
+                == (old.get("status") or {}).get("resourceClaimStatuses")
                 and all(isinstance(v, str) for v in annotations.values())
                 and isinstance(spec.get("nodeName") or "", str)
                 and isinstance((obj.get("status") or {}).get("phase") or "", str)

@@ -13,10 +13,19 @@ from typing import Any
 
 import pytest
 
-from tests.emulator import EVENTS, PODS, PVCS, PVS, STORAGE_CLASSES, Emulator, make_pod
+from tests.emulator import (
+    EVENTS,
+    PODS,
+    PVCS,
+    PVS,
+    RESOURCE_CLAIMS,
+    STORAGE_CLASSES,
+    Emulator,
+    make_pod,
+)
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
 
-from .objects import pv, pvc, storage_class
+from .objects import pv, pvc, resource_claim, storage_class
 
 Obj = dict[str, Any]
 SELECTED = "volume.kubernetes.io/selected-node"
@@ -283,3 +292,31 @@ def test_resource_claims_read_only_where_served(emulator: Emulator, served: bool
 
     asyncio.run(scenario())
     assert emulator.binding_posts("default/dra") == 0
+
+
+def test_claim_from_a_template_allocated_elsewhere_lets_the_pod_bind(emulator: Emulator) -> None:
+    emulator.create_node("n0")
+    emulator.create_node("n1")
+    obj = make_pod("dra")
+    obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    uid = emulator.create(PODS, obj, "default")["metadata"]["uid"]
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(
+            lambda: "is not created yet" in _condition(emulator, "default/dra").get("message", ""),
+            what="template claim refused",
+        )
+        # the claim controller creates the claim, a DRA driver allocates it on n1 for the pod
+        claim = resource_claim("dra-gpu-1", allocated=True, reserved_for=uid, node="n1")
+        emulator.create(RESOURCE_CLAIMS, claim, "default")
+        status = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "dra-gpu-1"}]}
+        store = emulator.server.store  # the claim controller writes pods/status
+        emulator.server.call(
+            lambda: store.patch(PODS, "default", "dra", {"status": status}, False, "status")
+        )
+        await wait_for(lambda: all_bound_once(emulator, ["default/dra"]), what="pod bound")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.pod("default/dra")["spec"]["nodeName"] == "n1"
