@@ -37,6 +37,7 @@ from scheduler.core.storage import (
     ANN_SELECTED_NODE,
     NOT_SUPPORTED_PROVISIONER,
     AssumeError,
+    CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageState,
@@ -91,6 +92,8 @@ class _State:
     bound: list[PersistentVolumeClaim] = field(default_factory=list)
     delayed: list[PersistentVolumeClaim] = field(default_factory=list)
     by_node: dict[str, PodVolumes] = field(default_factory=dict)
+    candidates: dict[str, ClaimCandidates] = field(default_factory=dict)
+    capacity: dict[str, _Capacity] = field(default_factory=dict)
     all_bound: bool = True
 
 
@@ -112,37 +115,79 @@ def _access_modes_fit(claim: PersistentVolumeClaim, pv: PersistentVolume) -> boo
     return all(mode in pv.access_modes for mode in claim.access_modes)
 
 
-def find_matching_volume(
-    claim: PersistentVolumeClaim,
-    volumes: list[PersistentVolume],
-    node: NodeInfo,
-    excluded: set[str],
-) -> PersistentVolume | None:
-    """kube's FindMatchingVolume on the scheduler path: the PV pre-bound to the claim, else
-    the smallest available PV of the claim's class that fits it and the node."""
-    requested = claim.request or 0
-    smallest: PersistentVolume | None = None
-    for pv in volumes:
-        if pv.name in excluded:
-            continue
-        if pv.claim_ref is not None and not pv.bound_to(claim):
-            continue
-        if pv.capacity < requested or pv.volume_mode != claim.volume_mode or pv.deleting:
-            continue
-        affinity_ok = pv.node_affinity_matches(node.labels)
-        if pv.bound_to(claim):
-            return pv if affinity_ok else None
-        if pv.phase != "Available":
-            continue
-        if claim.selector is not None and not claim.selector.matches(pv.labels):
-            continue
-        if pv.class_name != claim.class_name or not affinity_ok:
-            continue
-        if not _access_modes_fit(claim, pv):
-            continue
-        if smallest is None or smallest.capacity > pv.capacity:
-            smallest = pv
-    return smallest
+@dataclass(slots=True)
+class ClaimCandidates:
+    """One unbound claim's PVs, with what does not depend on the node checked once per cycle
+    (kube's FindMatchingVolume, split): the PV pre-bound to it, else the available PVs that
+    fit it, smallest first; local PVs (node affinity on one hostname list) indexed by
+    hostname, so a node looks only at its own and at the PVs with other affinities."""
+
+    prebound: PersistentVolume | None = None
+    general: list[PersistentVolume] = field(default_factory=list)
+    by_host: dict[str, list[PersistentVolume]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, claim: PersistentVolumeClaim, volumes: list[PersistentVolume]) -> ClaimCandidates:
+        out = cls()
+        requested = claim.request or 0
+        for pv in volumes:
+            if pv.claim_ref is not None and not pv.bound_to(claim):
+                continue
+            if pv.capacity < requested or pv.volume_mode != claim.volume_mode or pv.deleting:
+                continue
+            if pv.bound_to(claim):
+                if out.prebound is None:
+                    out.prebound = pv
+                continue
+            if pv.phase != "Available" or pv.class_name != claim.class_name:
+                continue
+            if claim.selector is not None and not claim.selector.matches(pv.labels):
+                continue
+            if not _access_modes_fit(claim, pv):
+                continue
+            hosts = _hostname_only(pv)
+            if hosts is None:
+                out.general.append(pv)
+            for host in hosts or ():
+                out.by_host.setdefault(host, []).append(pv)
+        key = _size_order
+        out.general.sort(key=key)
+        for pvs in out.by_host.values():
+            pvs.sort(key=key)
+        return out
+
+    def match(self, node: NodeInfo, excluded: set[str]) -> PersistentVolume | None:
+        """The PV for the claim on `node`: the pre-bound one (if its affinity admits the
+        node), else the smallest available one the node reaches."""
+        if self.prebound is not None:
+            return self.prebound if self.prebound.node_affinity_matches(node.labels) else None
+        best = None
+        for pv in self.general:
+            if pv.name not in excluded and pv.node_affinity_matches(node.labels):
+                best = pv
+                break
+        host = node.labels.get(HOSTNAME_LABEL)
+        for pv in self.by_host.get(host, ()) if host is not None else ():
+            if pv.name not in excluded:
+                if best is None or _size_order(pv) < _size_order(best):
+                    best = pv
+                break
+        return best
+
+
+def _size_order(pv: PersistentVolume) -> tuple[int, str]:
+    return pv.capacity, pv.name
+
+
+def _hostname_only(pv: PersistentVolume) -> tuple[str, ...] | None:
+    """The hostnames of a PV whose whole affinity is `kubernetes.io/hostname In [...]`."""
+    terms = pv.node_affinity.terms if pv.node_affinity is not None else ()
+    if len(terms) != 1 or terms[0].match_fields or len(terms[0].match_expressions) != 1:
+        return None
+    expr = terms[0].match_expressions[0]
+    if expr.key != HOSTNAME_LABEL or expr.operator != "In":
+        return None
+    return expr.values
 
 
 class VolumeBinding:
@@ -183,6 +228,10 @@ class VolumeBinding:
             return PreFilterResult(unschedulable=str(exc))
         if immediate:
             return PreFilterResult(unschedulable=UNBOUND_IMMEDIATE)
+        for claim in data.delayed:
+            if ANN_SELECTED_NODE not in claim.annotations:
+                pvs = storage.volumes_of_class(claim.class_name)
+                data.candidates[claim.key] = ClaimCandidates.of(claim, pvs)
         eligible: set[str] | None = None
         for claim in data.bound:
             pv = storage.volume(claim.volume_name)
@@ -248,22 +297,21 @@ class VolumeBinding:
                     volumes.provision.append(claim)
             chosen: set[str] = set()
             for claim in sorted(to_match, key=lambda c: c.request or 0):
-                pv = find_matching_volume(
-                    claim, storage.volumes_of_class(claim.class_name), node, chosen
-                )
+                pv = data.candidates[claim.key].match(node, chosen)
                 if pv is None:
                     volumes.provision.append(claim)
                     continue
                 chosen.add(pv.name)
                 volumes.static.append((pv, claim))
             if volumes.provision:
-                unbound_ok, space_ok = self._check_provisions(storage, volumes.provision, node)
+                unbound_ok, space_ok = self._check_provisions(data, volumes.provision, node)
         return _reasons(bound_ok, unbound_ok, space_ok, found), volumes
 
     def _check_provisions(
-        self, storage: StorageState, claims: list[PersistentVolumeClaim], node: NodeInfo
+        self, data: _State, claims: list[PersistentVolumeClaim], node: NodeInfo
     ) -> tuple[bool, bool]:
         """kube's checkVolumeProvisions: (provisionable here, enough free storage)."""
+        storage = data.storage
         for claim in claims:
             cls = storage.classes.get(claim.class_name)
             if cls is None:
@@ -272,7 +320,11 @@ class VolumeBinding:
                 return False, True
             if not cls.topology_allows(node.labels):
                 return False, True
-            if not _enough_capacity(storage, claim, cls.name, cls.provisioner, node):
+            capacity = data.capacity.get(claim.key)
+            if capacity is None:
+                capacity = _Capacity.of(storage, claim, cls.name, cls.provisioner)
+                data.capacity[claim.key] = capacity
+            if not capacity.reaches(node.labels):
                 return True, False
         return True, True
 
@@ -439,25 +491,44 @@ def _reasons(bound_ok: bool, unbound_ok: bool, space_ok: bool, found: bool) -> l
     return reasons
 
 
-def _enough_capacity(
-    storage: StorageState,
-    claim: PersistentVolumeClaim,
-    class_name: str,
-    provisioner: str,
-    node: NodeInfo,
-) -> bool:
-    """kube's hasEnoughCapacity: only CSI drivers with storageCapacity: true are checked."""
-    if claim.request is None:
-        return True
-    driver = storage.csi_drivers.get(provisioner)
-    if driver is None or not driver.storage_capacity:
-        return True
-    return any(
-        c.storage_class_name == class_name
-        and c.sufficient(claim.request)
-        and c.reaches(node.labels)
-        for c in storage.capacities.values()
-    )
+@dataclass(slots=True)
+class _Capacity:
+    """kube's hasEnoughCapacity for one claim: the CSIStorageCapacities of its class with
+    room for it, those selecting nodes by one label indexed by that label."""
+
+    unchecked: bool = False  # no request, or a driver that does not report capacity
+    by_label: dict[str, set[str]] = field(default_factory=dict)
+    other: list[CSIStorageCapacity] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, storage: StorageState, claim: PersistentVolumeClaim, class_name: str, driver: str
+    ) -> _Capacity:
+        csi = storage.csi_drivers.get(driver)
+        if claim.request is None or csi is None or not csi.storage_capacity:
+            return cls(unchecked=True)
+        out = cls()
+        for c in storage.capacities.values():
+            if c.storage_class_name != class_name or not c.sufficient(claim.request):
+                continue
+            topology = c.node_topology
+            if (
+                topology is not None
+                and len(topology.match_labels) == 1
+                and not (topology.match_expressions)
+            ):
+                key, value = topology.match_labels[0]
+                out.by_label.setdefault(key, set()).add(value)
+            else:
+                out.other.append(c)
+        return out
+
+    def reaches(self, labels: Mapping[str, str]) -> bool:
+        if self.unchecked:
+            return True
+        if any(labels.get(key) in values for key, values in self.by_label.items()):
+            return True
+        return any(c.reaches(labels) for c in self.other)
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> VolumeBinding:

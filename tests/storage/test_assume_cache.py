@@ -115,3 +115,39 @@ def test_assumed_pv_is_not_offered_to_another_claim() -> None:
     # a dry run (no writer) writes nothing and leaves nothing assumed
     assert drive(fw.run_pre_bind(state, first, "a")) is None
     assert not cache.snapshot.storage.is_assumed_volume("only")
+
+
+@pytest.mark.parametrize(
+    ("volumes", "chosen"),
+    [
+        # the smallest fitting PV wins, local (hostname) PVs and others compared together
+        (
+            [("local-5", "5Gi", True), ("zonal-3", "3Gi", False), ("local-2", "2Gi", True)],
+            "local-2",
+        ),
+        ([("local-5", "5Gi", True), ("zonal-3", "3Gi", False)], "zonal-3"),
+        # too small for the 2Gi claim
+        ([("local-1", "1Gi", True), ("zonal-9", "9Gi", False)], "zonal-9"),
+    ],
+)
+def test_smallest_matching_pv_is_chosen(volumes: list[tuple[str, str, bool]], chosen: str) -> None:
+    rack = [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]
+    objects = [storage_class("local"), pvc("c", class_name="local", size="2Gi")]
+    for name, size, local in volumes:
+        objects.append(
+            pv(
+                name,
+                class_name="local",
+                size=size,
+                hosts=("a",) if local else (),
+                affinity=None if local else rack,
+            )
+        )
+    cache = cluster([node("a", labels={HOSTNAME: "a", "rack": "r1"})], objects)
+    p = PodInfo.from_object(pod("p", {"cpu": "1"}, spec={"volumes": [claim_volume("v", "c")]}))
+    fw = framework()
+    state = CycleState()
+    assert fw.schedule(p, cache.snapshot, state).node == "a"
+    assert fw.run_reserve(state, p, "a") is None
+    storage = cache.snapshot.storage
+    assert [n for n, *_ in volumes if storage.is_assumed_volume(n)] == [chosen]
