@@ -8,6 +8,7 @@ from __future__ import annotations
 from plugins import (
     balanced_allocation,
     default_binder,
+    dynamic_resources,
     gpu_topology,
     image_locality,
     node_affinity,
@@ -15,9 +16,13 @@ from plugins import (
     node_ports,
     node_resources_fit,
     node_unschedulable,
+    node_volume_limits,
     priority_sort,
     scheduling_gates,
     taint_toleration,
+    volume_binding,
+    volume_restrictions,
+    volume_zone,
 )
 from scheduler.core.config import SchedulerConfiguration, build_frameworks
 from scheduler.core.framework import Framework, PluginFactory
@@ -36,6 +41,11 @@ REGISTRY: dict[str, PluginFactory] = {
     balanced_allocation.NAME: balanced_allocation.new,
     image_locality.NAME: image_locality.new,
     gpu_topology.NAME: gpu_topology.new,
+    volume_restrictions.NAME: volume_restrictions.new,
+    node_volume_limits.NAME: node_volume_limits.new,
+    volume_binding.NAME: volume_binding.new,
+    volume_zone.NAME: volume_zone.new,
+    dynamic_resources.NAME: dynamic_resources.new,
     default_binder.NAME: default_binder.new,
 }
 

@@ -42,6 +42,7 @@ from scheduler.core.model import (
     PodInfo,
 )
 from scheduler.core.queue import SchedulingQueue
+from scheduler.core.storage import STORAGE_KINDS
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
 
@@ -95,6 +96,7 @@ def load_snapshot(
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
+    storage: list[Any] = []
     for obj in _flatten(_documents(path), path):
         kind = obj.get("kind")
         try:
@@ -106,8 +108,12 @@ def load_snapshot(
                 api = str(obj.get("apiVersion") or "").split("/")[0]
                 if api in _GROUP_PARSERS:
                     groups.append(_GROUP_PARSERS[api](obj))
+            elif isinstance(kind, str) and kind in STORAGE_KINDS:
+                storage.append(STORAGE_KINDS[kind].from_object(obj))
         except (ModelError, GroupError) as exc:
             raise ExplainError(f"{path}: {exc}") from None
+    for value in storage:
+        cache.snapshot.storage.add(value)
     for node in nodes:
         cache.add_node(node)
     for pod in pods:

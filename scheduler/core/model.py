@@ -12,10 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.decode import FieldError, Fields
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
+
+if TYPE_CHECKING:
+    from scheduler.core.storage import PodResourceClaim, PodVolume
 
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
@@ -356,6 +359,15 @@ def _pod_group(
     return GroupRef(source, namespace, name, min_member, keys[0], keys[1])
 
 
+def _storage_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.volumes and spec.resourceClaims, parsed by `scheduler.core.storage` (which
+    imports this module, hence the late import)."""
+    from scheduler.core.storage import parse_pod_storage
+
+    volumes, claims = parse_pod_storage(obj)
+    return {"volumes": volumes, "resource_claims": claims}
+
+
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     """A pod parsed for scheduling. Resource amounts are in kube's units (milli-CPU, bytes)."""
@@ -385,6 +397,8 @@ class PodInfo:
     resource_version: str = ""
     container_count: int = 0
     pod_group: GroupRef | None = None  # the pod group it belongs to (scheduler.core.group)
+    volumes: tuple[PodVolume, ...] = ()
+    resource_claims: tuple[PodResourceClaim, ...] = ()
 
     @property
     def key(self) -> str:
@@ -437,6 +451,7 @@ class PodInfo:
             resource_version=str(meta.get("resourceVersion") or ""),
             container_count=resources.container_count,
             pod_group=_pod_group(meta, spec, where, namespace),
+            **_storage_fields(obj),
         )
 
 

@@ -41,6 +41,7 @@ class ClusterEvent(enum.Enum):
     NODE_TOPOLOGY = "NodeTopologyChange"
     POD_DELETE = "AssignedPodDelete"
     CONFIG_CHANGE = "ConfigChange"
+    STORAGE_CHANGE = "StorageChange"  # claims, volumes, classes, CSI objects, ResourceClaims
 
 
 @dataclass

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.model import HostPort, NodeInfo, PodInfo
+from scheduler.core.storage import StorageState
 from scheduler.core.topology.state import GpuState
 
 __all__ = ["BASE_RESOURCES", "BoolArray", "IntArray", "NodeState", "Snapshot"]
@@ -80,6 +81,8 @@ class Snapshot:
         self._missing: dict[int, bool] = {}  # row -> some live node lacks the resource
         self._derived: dict[Hashable, Any] = {}
         self._derived_at = (0, 0)
+        # Claims, volumes and CSI objects for the volume plugins (written by the adapters).
+        self.storage = StorageState()
 
     def _allocate_buffers(self, size: int) -> None:
         rows = len(self.resources)
@@ -300,12 +303,14 @@ class Snapshot:
         """Account a pod's requests, ports and count on a slot."""
         self._account(slot, pod, 1)
         self.pods[slot][pod.key] = pod
+        self.storage.count_pod(pod.namespace, pod.volumes, 1)
 
     def remove_pod(self, slot: int, pod: PodInfo) -> None:
         if pod.key in self.gpus.sets[slot]:
             self.gpus.set_pod(slot, pod.key, None)
         self._account(slot, pod, -1)
         del self.pods[slot][pod.key]
+        self.storage.count_pod(pod.namespace, pod.volumes, -1)
         self._release_if_empty(slot)
 
     def _account(self, slot: int, pod: PodInfo, sign: int) -> None:

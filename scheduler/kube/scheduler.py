@@ -52,6 +52,7 @@ from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
 from scheduler.kube.groups import KubeGroups
 from scheduler.kube.informer import Backoff, Reflector
 from scheduler.kube.metrics import Metrics
+from scheduler.kube.volumes import StorageWatches
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
@@ -156,6 +157,9 @@ class KubeScheduler(CycleHooks):
             backoff=self.options.reflector_backoff,
             on_relist=self._relisted,
         )
+        # claims, volumes, CSI objects, ResourceClaims; the writer of VolumeBinding's PreBind
+        self.storage_watches = StorageWatches(self)
+        self.cache.snapshot.storage.writer = self.storage_watches
         self.foreign: set[str] = set()  # unbound pods of other schedulers
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
@@ -173,13 +177,19 @@ class KubeScheduler(CycleHooks):
 
     @property
     def synced(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self.groups.is_synced
+        return (
+            self.pods.synced.is_set()
+            and self.nodes.synced.is_set()
+            and self.groups.is_synced
+            and self.storage_watches.synced
+        )
 
     async def start(self) -> None:
         """Start informers and event workers (standbys run these too)."""
         self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
+        self._tasks.append(asyncio.create_task(self.storage_watches.run(), name="storage"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
@@ -192,6 +202,7 @@ class KubeScheduler(CycleHooks):
         await self.nodes.synced.wait()
         await self.pods.synced.wait()
         await self.groups.synced()
+        await self.storage_watches.wait_synced()
 
     async def schedule_loop(self) -> None:
         """Pop and schedule while `active`; returns when deactivated."""
@@ -486,6 +497,9 @@ class KubeScheduler(CycleHooks):
                 and md.get("labels") == old_md.get("labels")
                 and md.get("deletionTimestamp") == old_md.get("deletionTimestamp")
                 and _same_group_annotations(annotations, old_md.get("annotations") or {})
+                # the ResourceClaims made for the pod from templates are named in its status
+                and (obj.get("status") or {}).get("resourceClaimStatuses")
+                == (old.get("status") or {}).get("resourceClaimStatuses")
                 and all(isinstance(v, str) for v in annotations.values())
                 and isinstance(spec.get("nodeName") or "", str)
                 and isinstance((obj.get("status") or {}).get("phase") or "", str)

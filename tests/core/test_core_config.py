@@ -27,6 +27,11 @@ DEFAULT_FILTERS = [
     "NodeAffinity",
     "NodePorts",
     "NodeResourcesFit",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "DynamicResources",
     "NodeMemoryPressure",
 ]
 

@@ -49,6 +49,14 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False),
     Resource("events.k8s.io", "v1", "events", "Event", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # storage kinds the volume plugins read (and PreBind updates: claims, volumes)
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True),
+    Resource("", "v1", "persistentvolumes", "PersistentVolume", False),
+    Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False),
+    Resource("storage.k8s.io", "v1", "csinodes", "CSINode", False),
+    Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False),
+    Resource("storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True),
+    Resource("resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", True),
 )
 
 # Served only when a test says so (`Store.served`), as CRDs and feature-gated APIs are:

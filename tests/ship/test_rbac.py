@@ -59,6 +59,23 @@ def _service_account(objs: list[dict], kind: str) -> tuple[str, str]:
     ]
 
 
+# kube-scheduler's rights for the storage kinds: read them all, update/patch only claims and
+# volumes (VolumeBinding's PreBind), read ResourceClaims; nothing else.
+STORAGE_PERMISSIONS = {
+    *(
+        (g, r, v, "")
+        for g, r in (("", "persistentvolumeclaims"), ("", "persistentvolumes"))
+        for v in ("get", "list", "watch", "update", "patch")
+    ),
+    *(
+        ("storage.k8s.io", r, v, "")
+        for r in ("storageclasses", "csinodes", "csidrivers", "csistoragecapacities")
+        for v in ("get", "list", "watch")
+    ),
+    *(("resource.k8s.io", "resourceclaims", v, "") for v in ("get", "list", "watch")),
+}
+
+
 def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
     perms = {
         ("", "pods", "get", ""),
@@ -86,6 +103,7 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
                 ("podgroups/status", "patch"),
             )
         ),
+        *STORAGE_PERMISSIONS,
         ("", "configmaps", "get", configmap),
         ("", "configmaps", "list", configmap),
         ("", "configmaps", "watch", configmap),

@@ -1,0 +1,167 @@
+"""Storage in the cluster: the watches that feed `snapshot.storage`, and VolumeBinding's writer.
+
+`StorageWatches` lists and watches PersistentVolumeClaims, PersistentVolumes, StorageClasses,
+CSINodes, CSIDrivers, CSIStorageCapacities and ResourceClaims (what kube-scheduler's volume
+and DRA plugins read), parses each object once into the core's typed values, and moves
+unschedulable pods back to the queue on every change. ResourceClaims are read from
+`resource.k8s.io/v1beta1`; a cluster that does not serve it (DRA off, kube 1.33's default)
+has none, and that watch is not started.
+
+It is also the `VolumeWriter` of the core: VolumeBinding's PreBind updates a claim (its
+`volume.kubernetes.io/selected-node` annotation) or a PV (its claimRef) with one PUT each, and
+waits on `changed` for the PV controller's answer to arrive through the watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from scheduler.core.model import ModelError
+from scheduler.core.queue import ClusterEvent
+from scheduler.core.storage import (
+    CSIDriver,
+    CSINode,
+    CSIStorageCapacity,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    ResourceClaim,
+    StorageClass,
+)
+from scheduler.kube.client import ApiError
+from scheduler.kube.informer import Reflector, object_key
+
+if TYPE_CHECKING:
+    from scheduler.kube.scheduler import KubeScheduler
+
+Obj = dict[str, Any]
+log = structlog.get_logger("topo_scheduler")
+
+RESOURCE_CLAIMS_PATH = "/apis/resource.k8s.io/v1beta1/resourceclaims"
+# (informer name, list path, kind): what kube-scheduler's storage and DRA plugins watch
+KINDS: tuple[tuple[str, str, Any], ...] = (
+    ("persistentvolumeclaims", "/api/v1/persistentvolumeclaims", PersistentVolumeClaim),
+    ("persistentvolumes", "/api/v1/persistentvolumes", PersistentVolume),
+    ("storageclasses", "/apis/storage.k8s.io/v1/storageclasses", StorageClass),
+    ("csinodes", "/apis/storage.k8s.io/v1/csinodes", CSINode),
+    ("csidrivers", "/apis/storage.k8s.io/v1/csidrivers", CSIDriver),
+    ("csistoragecapacities", "/apis/storage.k8s.io/v1/csistoragecapacities", CSIStorageCapacity),
+    ("resourceclaims", RESOURCE_CLAIMS_PATH, ResourceClaim),
+)
+
+
+class _Handler:
+    """Watch events of one storage kind into the storage state; never raises."""
+
+    def __init__(self, owner: StorageWatches, kind: Any) -> None:
+        self.owner = owner
+        self.kind = kind
+
+    def on_upsert(self, obj: Obj, old: Obj | None) -> None:
+        try:
+            value = self.kind.from_object(obj)
+        except ModelError as exc:
+            log.error("storage object not understood", error=str(exc))
+            return
+        self.owner.storage.add(value)
+        self.owner.notify()
+
+    def on_delete(self, obj: Obj) -> None:
+        self.owner.storage.remove(self.kind, object_key(obj))
+        self.owner.notify()
+
+
+class StorageWatches:
+    """The storage informers of one scheduler, and the VolumeWriter its PreBind uses."""
+
+    def __init__(self, owner: KubeScheduler) -> None:
+        self.owner = owner
+        self.client = owner.client
+        self.storage = owner.cache.snapshot.storage
+        self._changed = asyncio.Event()
+        self.reflectors = [
+            Reflector(
+                owner.client,
+                path,
+                _Handler(self, kind),
+                name=name,
+                watch_timeout=owner.options.watch_timeout,
+                backoff=owner.options.reflector_backoff,
+                on_relist=owner._relisted,
+            )
+            for name, path, kind in KINDS
+        ]
+        self.served = {r.name: True for r in self.reflectors}
+        self._checked = asyncio.Event()  # which APIs are served is known
+
+    @property
+    def synced(self) -> bool:
+        return self._checked.is_set() and all(
+            r.synced.is_set() or not self.served[r.name] for r in self.reflectors
+        )
+
+    async def wait_synced(self) -> None:
+        await self._checked.wait()
+        for r in self.reflectors:
+            if self.served[r.name]:
+                await r.synced.wait()
+
+    async def run(self) -> None:
+        """Run every informer until cancelled (ResourceClaims only where served)."""
+        tasks = []
+        for r in self.reflectors:
+            if r.path == RESOURCE_CLAIMS_PATH and not await self._serves(r.path):
+                self.served[r.name] = False
+                log.info("resource.k8s.io/v1beta1 not served: no ResourceClaims to read")
+                continue
+            tasks.append(asyncio.create_task(r.run(), name=f"{r.name}-informer"))
+        self._checked.set()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _serves(self, path: str) -> bool:
+        while True:
+            try:
+                await self.client.get(path, {"limit": "1"})
+                return True
+            except ApiError as exc:
+                if exc.status == 404:
+                    return False
+                log.warning("storage API check failed", path=path, error=str(exc))
+                await asyncio.sleep(1.0)
+
+    def notify(self) -> None:
+        """A storage object changed: wake PreBind waiters, retry unschedulable pods."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self.owner.queue.move_all(ClusterEvent.STORAGE_CHANGE)
+        self.owner._wakeup.set()
+
+    # -- VolumeWriter ----------------------------------------------------------------------
+
+    async def write_claim(self, claim: PersistentVolumeClaim) -> PersistentVolumeClaim:
+        path = f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}"
+        return PersistentVolumeClaim.from_object(await self.client.put(path, claim.to_object()))
+
+    async def write_volume(self, volume: PersistentVolume) -> PersistentVolume:
+        path = f"/api/v1/persistentvolumes/{volume.name}"
+        return PersistentVolume.from_object(await self.client.put(path, volume.to_object()))
+
+    def pod_exists(self, namespace: str, name: str, uid: str) -> bool:
+        obj = self.owner.pods.known.get(f"{namespace}/{name}")
+        return obj is not None and (obj.get("metadata") or {}).get("uid") == uid
+
+    async def changed(self, timeout: float) -> None:
+        event = self._changed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await event.wait()

@@ -1,0 +1,601 @@
+"""kube-scheduler 1.33's volume plugin cases (volumebinding, volumezone, volumerestrictions,
+nodevolumelimits test tables), run through the whole default profile as `explain` runs it:
+each case gives nodes, storage objects and pods already placed, and expects the per-node
+reasons (empty: fits) or the pod-level PreFilter message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from scheduler.core.cache import Cache
+from scheduler.core.framework import CycleState, ScheduleResult
+from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.storage import STORAGE_KINDS, attach_limit_key
+from tests.builders import node, pod
+from tests.core.core_support import framework
+
+from .objects import (
+    HOSTNAME,
+    capacity,
+    claim_volume,
+    csi_driver,
+    csi_node,
+    pv,
+    pvc,
+    resource_claim,
+    storage_class,
+)
+
+Obj = dict[str, Any]
+ZONE = "topology.kubernetes.io/zone"
+BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
+BETA_REGION = "failure-domain.beta.kubernetes.io/region"
+
+R_BIND = "node(s) didn't find available persistent volumes to bind"
+R_AFFINITY = "node(s) had volume node affinity conflict"
+R_SPACE = "node(s) did not have enough free storage"
+R_NO_PV = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+R_ZONE = "node(s) had no available volume zone"
+R_DISK = "node(s) had no available disk"
+R_RWOP = (
+    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+)
+R_LIMIT = "node(s) exceed max volume count"
+R_ABSENT = "node(s) didn't satisfy plugin(s) [VolumeBinding]"
+
+
+def with_volumes(name: str, volumes: list[Obj], **kw: Any) -> Obj:
+    return pod(name, {"cpu": "100m"}, spec={"volumes": volumes}, **kw)
+
+
+def cluster(nodes: list[Obj], objects: list[Obj], placed: list[Obj] = ()) -> Cache:  # type: ignore[assignment]
+    cache = Cache()
+    for n in nodes:
+        cache.add_node(NodeInfo.from_object(n))
+    for obj in objects:
+        cache.snapshot.storage.add(STORAGE_KINDS[obj["kind"]].from_object(obj))
+    for p in placed:
+        cache.add_pod(PodInfo.from_object(p))
+    return cache
+
+
+def decide(
+    cache: Cache, p: Obj, disabled: tuple[str, ...] = ()
+) -> tuple[ScheduleResult, dict[str, list[str]]]:
+    plugins = {"multiPoint": {"disabled": [{"name": n} for n in disabled]}} if disabled else None
+    result = framework(plugins).schedule(PodInfo.from_object(p), cache.snapshot, CycleState())
+    snap = cache.snapshot
+    reasons = {str(snap.names[s]): result.node_reasons(s) for s in snap.live_slots()}
+    return result, reasons
+
+
+@dataclass
+class Case:
+    id: str
+    pod: Obj
+    objects: list[Obj]
+    want: dict[str, list[str]] = field(default_factory=dict)  # node -> reasons
+    message: str | None = None  # the PreFilter rejection, for every node
+    nodes: list[Obj] = field(
+        default_factory=lambda: [
+            node("node-a", labels={HOSTNAME: "node-a", ZONE: "zone-a", "rack": "r1"}),
+            node("node-b", labels={HOSTNAME: "node-b", ZONE: "zone-b", "rack": "r2"}),
+        ]
+    )
+    placed: list[Obj] = field(default_factory=list)
+    disabled: tuple[str, ...] = ()  # plugins off, to see a later plugin's verdict
+
+
+def _pod(*claims: str, name: str = "p") -> Obj:
+    return with_volumes(name, [claim_volume(f"v{i}", c) for i, c in enumerate(claims)])
+
+
+WFFC = storage_class("wait")
+IMMEDIATE = storage_class("immediate", wait=False)
+CSI_CLASS = storage_class("csi", provisioner="ebs.csi.example")
+
+VOLUME_BINDING = [
+    Case("pod has no pvcs", pod("p", {"cpu": "100m"}), [], {"node-a": [], "node-b": []}),
+    Case(
+        "all bound",
+        _pod("c1"),
+        [pvc("c1", volume="pv1", bound=True), pv("pv1", claim=("default", "c1"), phase="Bound")],
+        {"node-a": [], "node-b": []},
+    ),
+    Case(
+        "all bound with local volumes narrows the nodes",
+        _pod("c1"),
+        [
+            pvc("c1", volume="pv1", bound=True),
+            pv("pv1", claim=("default", "c1"), phase="Bound", hosts=("node-a",)),
+        ],
+        {"node-a": [], "node-b": [R_ABSENT]},
+    ),
+    Case(
+        "PVC does not exist",
+        _pod("missing"),
+        [],
+        message='persistentvolumeclaim "missing" not found',
+    ),
+    Case(
+        "part of PVCs do not exist",
+        _pod("c1", "missing"),
+        [pvc("c1", volume="pv1", bound=True), pv("pv1", claim=("default", "c1"))],
+        message='persistentvolumeclaim "missing" not found',
+    ),
+    Case(
+        "immediate claims not bound",
+        _pod("c1"),
+        [IMMEDIATE, pvc("c1", class_name="immediate")],
+        message="pod has unbound immediate PersistentVolumeClaims",
+    ),
+    Case(
+        "prebound claim counts as unbound immediate",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait", volume="pv1")],
+        message="pod has unbound immediate PersistentVolumeClaims",
+    ),
+    Case(
+        "unbound claims no matches",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "bound and unbound unsatisfied",
+        _pod("c1", "c2"),
+        [
+            WFFC,
+            pvc("c1", volume="pv1", bound=True),
+            pv(
+                "pv1",
+                claim=("default", "c1"),
+                affinity=[
+                    {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r9"]}]}
+                ],
+            ),
+            pvc("c2", class_name="wait"),
+        ],
+        {"node-a": [R_AFFINITY, R_BIND], "node-b": [R_AFFINITY, R_BIND]},
+    ),
+    Case(
+        "pvc bound to a pv that does not exist",
+        _pod("c1"),
+        [pvc("c1", volume="gone", bound=True)],
+        {"node-a": [R_NO_PV], "node-b": [R_NO_PV]},
+        disabled=("VolumeZone",),
+    ),
+    Case(  # in the whole profile VolumeZone's PreFilter looks the PV up first, as in kube
+        "pvc bound to a pv that does not exist, whole profile",
+        _pod("c1"),
+        [pvc("c1", volume="gone", bound=True)],
+        message='persistentvolume "gone" not found',
+    ),
+    Case(
+        "available local pv matches on its node only",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait"), pv("pv1", class_name="wait", hosts=("node-b",))],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(
+        "pv too small, wrong class or wrong access mode does not match",
+        _pod("c1"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait", size="5Gi", modes=("ReadWriteMany",)),
+            pv("small", class_name="wait", size="1Gi", modes=("ReadWriteMany",)),
+            pv("other-class", class_name="other", size="10Gi", modes=("ReadWriteMany",)),
+            pv("rwo", class_name="wait", size="10Gi"),
+        ],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "provisioning allowed by the class topology",
+        _pod("c1"),
+        [
+            storage_class(
+                "zonal",
+                provisioner="ebs.csi.example",
+                topologies=[{"matchLabelExpressions": [{"key": ZONE, "values": ["zone-a"]}]}],
+            ),
+            pvc("c1", class_name="zonal"),
+        ],
+        {"node-a": [], "node-b": [R_BIND]},
+    ),
+    Case(
+        "selected-node annotation keeps the claim on its node",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            pvc(
+                "c1", class_name="csi", annotations={"volume.kubernetes.io/selected-node": "node-b"}
+            ),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(
+        "storage capacity: not enough on either node",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            csi_driver("ebs.csi.example"),
+            pvc("c1", class_name="csi", size="10Gi"),
+            capacity("cap-a", "csi", "5Gi", {ZONE: "zone-a"}),
+            capacity("cap-b", "csi", "100Gi", {ZONE: "zone-b"}, max_size="1Gi"),
+        ],
+        {"node-a": [R_SPACE], "node-b": [R_SPACE]},
+    ),
+    Case(
+        "storage capacity: enough on one node",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            csi_driver("ebs.csi.example"),
+            pvc("c1", class_name="csi", size="10Gi"),
+            capacity("cap-a", "csi", "50Gi", {ZONE: "zone-a"}),
+            capacity("cap-other", "other", "50Gi", {ZONE: "zone-b"}),
+        ],
+        {"node-a": [], "node-b": [R_SPACE]},
+    ),
+    Case(
+        "storage capacity ignored for a driver without storageCapacity",
+        _pod("c1"),
+        [CSI_CLASS, csi_driver("ebs.csi.example", capacity=False), pvc("c1", class_name="csi")],
+        {"node-a": [], "node-b": []},
+    ),
+    Case(
+        "claim being deleted",
+        _pod("c1"),
+        [pvc("c1", volume="pv1", bound=True) | {}],
+        {},
+    ),
+]
+# a claim with a deletionTimestamp
+VOLUME_BINDING[-1].objects[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+VOLUME_BINDING[-1].message = 'persistentvolumeclaim "c1" is being deleted'
+
+
+def _zone_pod(*claims: str) -> Obj:
+    return _pod(*claims)
+
+
+def _zoned_nodes() -> list[Obj]:
+    return [
+        node("beta", labels={BETA_ZONE: "us-west1-a", BETA_REGION: "us-west1"}),
+        node("ga", labels={ZONE: "us-west1-b"}),
+        node("plain", labels={}),
+    ]
+
+
+def _bound(claim: str, pv_name: str, labels: dict[str, str]) -> list[Obj]:
+    return [
+        pvc(claim, volume=pv_name, bound=True),
+        pv(pv_name, claim=("default", claim), phase="Bound", labels=labels),
+    ]
+
+
+VOLUME_ZONE = [
+    Case(
+        "pod without volume",
+        pod("p", {"cpu": "100m"}),
+        [],
+        {"beta": [], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "beta zone label matched; node without labels fits",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {BETA_ZONE: "us-west1-a"}),
+        {"beta": [], "ga": [R_ZONE], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "beta pv label matched against the node's GA label",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {BETA_ZONE: "us-west1-b"}),
+        {"beta": [R_ZONE], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "multi-zone label",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {ZONE: "us-west1-a__us-west1-b"}),
+        {"beta": [R_ZONE], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "region label mismatch",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {BETA_REGION: "us-east1"}),
+        {"beta": [R_ZONE], "ga": [R_ZONE], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "unbound WaitForFirstConsumer claim is skipped",
+        _zone_pod("c1"),
+        [storage_class("wait", provisioner="ebs.csi.example"), pvc("c1", class_name="wait")],
+        {"beta": [], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+]
+
+GCE = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1"}}
+GCE_RO = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1", "readOnly": True}}
+EBS = {"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1"}}
+EBS_OTHER = {"name": "d", "awsElasticBlockStore": {"volumeID": "vol-2"}}
+RBD = {"name": "d", "rbd": {"monitors": ["a", "b"], "pool": "foo", "image": "bar"}}
+RBD_OVERLAP = {"name": "d", "rbd": {"monitors": ["b", "c"], "pool": "foo", "image": "bar"}}
+RBD_OTHER_IMAGE = {"name": "d", "rbd": {"monitors": ["a"], "pool": "foo", "image": "baz"}}
+ISCSI = {
+    "name": "d",
+    "iscsi": {"targetPortal": "127.0.0.1:3260", "iqn": "iqn.2016-12.server:a", "lun": 0},
+}
+
+
+def _restriction(new: Obj, existing: Obj, conflict: bool, id: str) -> Case:
+    placed = [with_volumes("old", [existing], node_name="node-a")]
+    want = {"node-a": [R_DISK] if conflict else [], "node-b": []}
+    return Case(id, with_volumes("p", [new]), [], want, placed=placed)
+
+
+VOLUME_RESTRICTIONS = [
+    _restriction(GCE, GCE, True, "same GCE PD"),
+    _restriction(GCE_RO, GCE_RO, False, "same GCE PD, both read-only"),
+    _restriction(GCE_RO, GCE, True, "same GCE PD, one read-write"),
+    _restriction(EBS, EBS, True, "same AWS EBS volume"),
+    _restriction(EBS, EBS_OTHER, False, "different AWS EBS volumes"),
+    _restriction(RBD, RBD_OVERLAP, True, "RBD image with an overlapping monitor"),
+    _restriction(RBD, RBD_OTHER_IMAGE, False, "different RBD images"),
+    _restriction(ISCSI, ISCSI, True, "same ISCSI IQN"),
+    Case(
+        "ReadWriteOncePod claim in use by a pod on another node",
+        _pod("rwop"),
+        [
+            pvc("rwop", volume="pv1", bound=True, modes=("ReadWriteOncePod",)),
+            pv("pv1", claim=("default", "rwop")),
+        ],
+        {"node-a": [R_RWOP], "node-b": [R_RWOP]},
+        placed=[_pod("rwop", name="old") | {"spec": _pod("rwop")["spec"] | {"nodeName": "node-b"}}],
+    ),
+    Case(
+        "ReadWriteOncePod claim not in use",
+        _pod("rwop"),
+        [
+            pvc("rwop", volume="pv1", bound=True, modes=("ReadWriteOncePod",)),
+            pv("pv1", claim=("default", "rwop")),
+        ],
+        {"node-a": [], "node-b": []},
+    ),
+]
+
+DRIVER = "ebs.csi.example"
+
+
+def _csi_claims(*names: str) -> list[Obj]:
+    out: list[Obj] = []
+    for name in names:
+        out.append(pvc(name, volume=f"pv-{name}", bound=True))
+        out.append(
+            pv(f"pv-{name}", claim=("default", name), phase="Bound", csi=(DRIVER, f"h-{name}"))
+        )
+    return out
+
+
+NODE_VOLUME_LIMITS = [
+    Case(
+        "limit reached by pods on the node",
+        _pod("new"),
+        [
+            *_csi_claims("a", "b", "new"),
+            csi_node("node-a", {DRIVER: 2}),
+            csi_node("node-b", {DRIVER: 3}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+        placed=[
+            with_volumes(
+                "old", [claim_volume("x", "a"), claim_volume("y", "b")], node_name="node-a"
+            ),
+            with_volumes(
+                "old2", [claim_volume("x", "a"), claim_volume("y", "b")], node_name="node-b"
+            ),
+        ],
+    ),
+    Case(
+        "a volume already attached is not counted twice",
+        _pod("a"),
+        [*_csi_claims("a", "b"), csi_node("node-a", {DRIVER: 2})],
+        {"node-a": [], "node-b": []},
+        placed=[
+            with_volumes(
+                "old", [claim_volume("x", "a"), claim_volume("y", "b")], node_name="node-a"
+            )
+        ],
+    ),
+    Case(
+        "unbound claim counted through its class's provisioner",
+        _pod("u"),
+        [*_csi_claims("a"), CSI_CLASS, pvc("u", class_name="csi"), csi_node("node-a", {DRIVER: 1})],
+        {"node-a": [R_LIMIT], "node-b": []},
+        placed=[with_volumes("old", [claim_volume("x", "a")], node_name="node-a")],
+    ),
+    Case(
+        "a node without CSINode has no limit",
+        _pod("new"),
+        [*_csi_claims("a", "new")],
+        {"node-a": [], "node-b": []},
+        placed=[with_volumes("old", [claim_volume("x", "a")], node_name="node-a")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=f"{group}: {c.id}")
+        for group, cases in (
+            ("VolumeBinding", VOLUME_BINDING),
+            ("VolumeZone", VOLUME_ZONE),
+            ("VolumeRestrictions", VOLUME_RESTRICTIONS),
+            ("NodeVolumeLimits", NODE_VOLUME_LIMITS),
+        )
+        for c in cases
+    ],
+)
+def test_upstream_cases(case: Case) -> None:
+    cache = cluster(case.nodes, case.objects, case.placed)
+    result, reasons = decide(cache, case.pod, case.disabled)
+    if case.message is not None:
+        assert result.node is None
+        assert result.message == f"0/{len(case.nodes)} nodes are available: {case.message}."
+        assert all(r == [case.message] for r in reasons.values())
+        return
+    assert reasons == case.want
+    feasible = {n for n, r in case.want.items() if not r}
+    assert (result.node in feasible) if feasible else result.node is None
+
+
+def test_fit_error_message_counts_volume_reasons() -> None:
+    cache = cluster(
+        [node("a", labels={"rack": "r1"}), node("b", labels={"rack": "r2"}), node("c")],
+        [
+            WFFC,
+            pvc("c1", volume="pv1", bound=True),
+            pv(
+                "pv1",
+                claim=("default", "c1"),
+                affinity=[
+                    {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+                ],
+            ),
+            pvc("c2", class_name="wait"),
+            pv(
+                "pv2",
+                class_name="wait",
+                affinity=[{"matchExpressions": [{"key": "rack", "operator": "Exists"}]}],
+            ),
+        ],
+    )
+    result, reasons = decide(cache, _pod("c1", "c2"))
+    assert reasons == {"a": [], "b": [R_AFFINITY], "c": [R_AFFINITY, R_BIND]}
+    assert result.node == "a"
+
+
+def test_attach_limit_key_hashes_long_driver_names() -> None:
+    assert attach_limit_key("ebs.csi.aws.com") == "attachable-volumes-csi-ebs.csi.aws.com"
+    long = "a-very-long-csi-driver-name.storage.example.com"
+    key = attach_limit_key(long)
+    assert (
+        key.startswith("attachable-volumes-csi-a-very-long-csi-driv") and len(key) == 23 + 23 + 16
+    )
+
+
+# ---------------------------------------------------------------------------- DRA
+
+
+def _dra_pod(uid: str = "uid-p") -> Obj:
+    return pod(
+        "p",
+        {"cpu": "100m"},
+        uid=uid,
+        spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": "rc"}]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("claim", "want"),
+    [
+        (None, "not allocated"),
+        (resource_claim("rc", allocated=False), "not allocated"),
+        (resource_claim("rc", allocated=True, reserved_for="someone-else"), "not allocated"),
+        (resource_claim("rc", allocated=True, reserved_for="uid-p"), None),
+        (resource_claim("rc", allocated=True, reserved_for="uid-p", node="node-b"), "node-b only"),
+    ],
+)
+def test_dra_claims_are_never_allocated_by_us(claim: Obj | None, want: str | None) -> None:
+    nodes = [node("node-a"), node("node-b")]
+    cache = cluster(nodes, [claim] if claim else [])
+    result, reasons = decide(cache, _dra_pod())
+    if want == "not allocated":
+        message = (
+            'ResourceClaim "rc" of the pod is not allocated and reserved for it: '
+            "topo-scheduler does not allocate ResourceClaims"
+        )
+        assert result.node is None and result.message == f"0/2 nodes are available: {message}."
+    elif want == "node-b only":
+        assert reasons == {"node-a": ["resourceclaim not available on the node"], "node-b": []}
+        assert result.node == "node-b"
+    else:
+        assert result.node == "node-a"
+
+
+def test_dra_claim_from_a_template_not_created_yet() -> None:
+    p = pod(
+        "p",
+        {"cpu": "100m"},
+        spec={"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+    )
+    result, _ = decide(cluster([node("a")], []), p)
+    assert (
+        result.message is not None
+        and "topo-scheduler does not allocate ResourceClaims" in result.message
+    )
+    p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
+    claim = resource_claim("p-gpu-x", allocated=True, reserved_for="uid-default-p")
+    result, _ = decide(cluster([node("a")], [claim]), p)
+    assert result.node == "a"
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize(
+    ("obj", "error"),
+    [
+        (
+            pvc("c") | {"spec": {"accessModes": ["ReadWriteSometimes"]}},
+            "PersistentVolumeClaim default/c: spec.accessModes[0]: "
+            'Unsupported value: "ReadWriteSometimes"',
+        ),
+        (
+            pvc("c") | {"spec": {"resources": {"requests": {"storage": "lots"}}}},
+            "PersistentVolumeClaim default/c: spec.resources.requests.storage:",
+        ),
+        (
+            pv("v") | {"spec": {"claimRef": "c"}},
+            "PersistentVolume v: spec.claimRef: must be a mapping",
+        ),
+        (
+            storage_class("s") | {"volumeBindingMode": "Later"},
+            'StorageClass s: volumeBindingMode: Unsupported value: "Later"',
+        ),
+        (
+            csi_node("n", {})
+            | {"spec": {"drivers": [{"name": "d", "allocatable": {"count": "2"}}]}},
+            "CSINode n: spec.drivers[0].allocatable.count: must be an integer",
+        ),
+        (
+            capacity("c", "s", "1Gi", None)
+            | {"nodeTopology": {"matchExpressions": [{"key": "k", "operator": "Gt"}]}},
+            "CSIStorageCapacity kube-system/c: nodeTopology.matchExpressions[0].operator:",
+        ),
+        ({"kind": "CSIDriver", "metadata": {}}, "CSIDriver: metadata.name: is required"),
+    ],
+)
+def test_parse_errors_name_the_object_and_field(obj: Obj, error: str) -> None:
+    with pytest.raises(ModelError) as info:
+        STORAGE_KINDS[obj["kind"]].from_object(obj)
+    assert str(info.value).startswith(error)
+    assert "\n" not in str(info.value)
+
+
+def test_pod_volume_errors_name_the_pod_field() -> None:
+    bad = with_volumes("p", [{"name": "d", "persistentVolumeClaim": {"claimName": 3}}])
+    with pytest.raises(
+        ModelError,
+        match=r"^Pod default/p: spec.volumes\[0\].persistentVolumeClaim.claimName: must be a str",
+    ):
+        PodInfo.from_object(bad)
