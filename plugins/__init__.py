@@ -8,6 +8,7 @@ from __future__ import annotations
 from plugins import (
     balanced_allocation,
     default_binder,
+    default_preemption,
     gpu_topology,
     image_locality,
     node_affinity,
@@ -36,6 +37,7 @@ REGISTRY: dict[str, PluginFactory] = {
     balanced_allocation.NAME: balanced_allocation.new,
     image_locality.NAME: image_locality.new,
     gpu_topology.NAME: gpu_topology.new,
+    default_preemption.NAME: default_preemption.new,
     default_binder.NAME: default_binder.new,
 }
 

@@ -54,6 +54,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
     ("NodeMemoryPressure", 0),
+    ("DefaultPreemption", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("GPUTopology", 10),

@@ -313,6 +313,13 @@ class PodInfo:
     scheduling_gates: tuple[str, ...] = ()
     resource_version: str = ""
     container_count: int = 0
+    # priority and preemption (`_preemption_fields`)
+    priority_class_name: str = ""
+    priority_set: bool = False  # spec.priority was given (the API server always sets it)
+    preemption_policy: str = "PreemptLowerPriority"
+    nominated_node_name: str | None = None
+    start_time: float | None = None  # status.startTime
+    preempted: bool = False  # DisruptionTarget condition, reason PreemptionByScheduler
 
     @property
     def key(self) -> str:
@@ -364,6 +371,7 @@ class PodInfo:
             scheduling_gates=_scheduling_gates(spec, where),
             resource_version=str(meta.get("resourceVersion") or ""),
             container_count=resources.container_count,
+            **_preemption_fields(spec, status, where),
         )
 
 
@@ -509,6 +517,45 @@ def _scheduling_gates(spec: Mapping[str, Any], where: Fields) -> tuple[str, ...]
         )
         for i, g in enumerate(gates)
     )
+
+
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def _preemption_fields(
+    spec: Mapping[str, Any], status: Mapping[str, Any], where: Fields
+) -> dict[str, Any]:
+    """What priority and preemption read of a pod: its PriorityClass, policy, nomination,
+    start time and whether the scheduler is preempting it (kube's DisruptionTarget
+    condition with reason PreemptionByScheduler)."""
+    policy = where.string(spec.get("preemptionPolicy"), "spec.preemptionPolicy", "")
+    if policy and policy not in PREEMPTION_POLICIES:
+        raise where.fail(
+            "spec.preemptionPolicy",
+            f'Unsupported value: "{policy}": supported values: "Never", "PreemptLowerPriority"',
+        )
+    preempted = False
+    for i, raw in enumerate(where.list(status.get("conditions"), "status.conditions")):
+        cond = where.mapping(raw, f"status.conditions[{i}]")
+        if (
+            cond.get("type") == "DisruptionTarget"
+            and cond.get("status") == "True"
+            and cond.get("reason") == "PreemptionByScheduler"
+        ):
+            preempted = True
+    return {
+        "priority_class_name": where.string(
+            spec.get("priorityClassName"), "spec.priorityClassName", ""
+        ),
+        "priority_set": spec.get("priority") is not None,
+        "preemption_policy": policy or "PreemptLowerPriority",
+        "nominated_node_name": where.string(
+            status.get("nominatedNodeName"), "status.nominatedNodeName", ""
+        )
+        or None,
+        "start_time": _timestamp(status.get("startTime"), where, "status.startTime"),
+        "preempted": preempted,
+    }
 
 
 # ---------------------------------------------------------------------------- nodes
