@@ -19,6 +19,7 @@ import yaml
 from scheduler.core.cache import Cache
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
 from scheduler.core.cycle import CycleHooks, Scheduler, drive
+from scheduler.core.disruption import DisruptionBudget
 from scheduler.core.framework import (
     BindOutcome,
     BindResult,
@@ -27,6 +28,8 @@ from scheduler.core.framework import (
     ScheduleResult,
 )
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.preemption import Plan
+from scheduler.core.priority import PriorityClass, resolve_priority
 from scheduler.core.queue import SchedulingQueue
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
@@ -65,23 +68,43 @@ def _flatten(docs: Iterable[Any], path: str) -> list[Mapping[str, Any]]:
 
 def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
     """Fill a cache from a snapshot file: nodes, and the pods bound to them."""
+    return load_cluster(path, cache)[0]
+
+
+def load_cluster(
+    path: str, cache: Cache | None = None
+) -> tuple[Cache, list[PriorityClass], list[PodInfo]]:
+    """Fill a cache from a snapshot file (nodes, bound pods, PodDisruptionBudgets); also the
+    PriorityClasses, and the pending pods nominated to a node (`status.nominatedNodeName`),
+    which hold room there as kube's nominator does. Pods without `spec.priority` get the
+    priority admission would have given them from those classes."""
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
-    for obj in _flatten(_documents(path), path):
-        kind = obj.get("kind")
-        try:
+    classes: list[PriorityClass] = []
+    objects = _flatten(_documents(path), path)
+    try:
+        for obj in objects:
+            kind = obj.get("kind")
             if kind == "Node":
                 nodes.append(NodeInfo.from_object(obj))
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
-        except ModelError as exc:
-            raise ExplainError(f"{path}: {exc}") from None
+            elif kind == "PriorityClass":
+                classes.append(PriorityClass.from_object(obj))
+            elif kind == "PodDisruptionBudget":
+                cache.set_budget(DisruptionBudget.from_object(obj))
+        pods = [resolve_priority(pod, classes) for pod in pods]
+    except ModelError as exc:
+        raise ExplainError(f"{path}: {exc}") from None
     for node in nodes:
         cache.add_node(node)
     for pod in pods:
         cache.add_pod(pod)
-    return cache
+    nominated = [
+        p for p in pods if p.node_name is None and p.nominated_node_name and not p.terminal
+    ]
+    return cache, classes, nominated
 
 
 def _load_pod(path: str) -> tuple[PodInfo, str | None]:
@@ -126,6 +149,10 @@ class _NodeReport(CycleHooks):
         self.framework = framework
         self.result: ScheduleResult | None = None
         self.nodes: dict[str, Any] = {}
+        self.plan: Plan | None = None
+
+    def preempt(self, plan: Plan) -> None:
+        self.plan = plan  # a dry run: reported, nothing is evicted
 
     def decided(self, pod: PodInfo, result: ScheduleResult, state: CycleState) -> None:
         self.result = result
@@ -159,9 +186,15 @@ class _NodeReport(CycleHooks):
             self.nodes[name] = entry
 
 
-def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
-    """Run the scheduling cycle for the pod on the snapshot, binding nothing (dry run), and
-    build the JSON report (the stable contract)."""
+def explain(
+    cache: Cache,
+    pod: PodInfo,
+    framework: Framework,
+    nominated: Iterable[PodInfo] = (),
+) -> dict[str, Any]:
+    """Run the scheduling cycle for the pod on the snapshot, binding nothing and evicting
+    nothing (dry run), and build the JSON report (the stable contract). `nominated`: pending
+    pods nominated to nodes, counted there as kube's nominator does."""
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
     notes = [
         f"pod {key} on {node} holds GPUs {','.join(map(str, gpus))} as the device plugin "
@@ -171,6 +204,10 @@ def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
     report = _NodeReport(cache, framework)
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
     cycle = Scheduler(cache, queue, {pod.scheduler_name: framework}, DryRunBinder(), report)
+    for other in nominated:
+        if other.key != pod.key:
+            cycle.nominator.observe(other)
+    cycle.nominator.observe(pod)
     queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
     queued = queue.pop()
     assert queued is not None
@@ -187,10 +224,23 @@ def explain(cache: Cache, pod: PodInfo, framework: Framework) -> dict[str, Any]:
     document: dict[str, Any] = {
         "pod": pod.key,
         "node": result.node if result is not None else None,
-        "message": result.message if result is not None else decision.message,
+        # the cycle's FailedScheduling text, with the PostFilter (preemption) suffix
+        "message": decision.message
+        if decision.message is not None or result is None
+        else result.message,
     }
     if result is not None and result.allocation is not None:
         document["gpus"] = list(result.allocation.gpus)
+    plan = report.plan
+    document["preemption"] = (
+        {
+            "node": plan.node,
+            "victims": [victim.pod.key for victim in plan.victims],
+            "gpus": list(plan.gpus),
+        }
+        if plan is not None
+        else None
+    )
     document["nodes"] = report.nodes
     if notes:
         document["notes"] = notes
@@ -250,6 +300,14 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
     else:
         console.print(f"pod {document['pod']} is unschedulable: {document['message']}")
     console.print(table)
+    plan = document.get("preemption")
+    if plan is not None:
+        victims = plan["victims"]
+        gpus = f" (GPUs {','.join(map(str, plan['gpus']))})" if plan.get("gpus") else ""
+        console.print(
+            f"preemption: would run on {plan['node']}{gpus} after evicting "
+            f"{len(victims)} pod(s): {', '.join(victims)} (dry run: nothing evicted)"
+        )
     for note in document.get("notes", []):
         console.print(f"note: {note}")
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
@@ -273,11 +331,15 @@ def run_explain(args: argparse.Namespace) -> int:
                 f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
             )
         framework = frameworks[profile.scheduler_name]
-        cache = load_snapshot(args.snapshot, Cache(gpu_resource(config)))
+        cache, classes, nominated = load_cluster(args.snapshot, Cache(gpu_resource(config)))
+        try:
+            pod = resolve_priority(pod, classes)
+        except ModelError as exc:
+            raise ExplainError(f"{args.pod}: {exc}") from None
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    document = explain(cache, pod, framework)
+    document = explain(cache, pod, framework, nominated)
     if args.output == "json":
         print(json.dumps(document, indent=2))
     else:
