@@ -213,7 +213,11 @@ def test_unresolvable_nodes_are_not_candidates(
     ]
     objects.append(running("m1.2", "machine1", 2000, {"cpu": "200m"}))
     doc = explain_json(tmp_path, objects, preemptor("large", "high"), capsys)
-    assert doc["preemption"] == {"node": "machine1", "victims": ["default/machine1-pod"], "gpus": []}
+    assert doc["preemption"] == {
+        "node": "machine1",
+        "victims": ["default/machine1-pod"],
+        "gpus": [],
+    }
     # with nothing to evict on the one resolvable node:
     objects = [o for o in objects if o["metadata"]["name"] != "machine1-pod"]
     objects.append(running("m1.3", "machine1", 2000, {"cpu": "200m"}))
@@ -246,9 +250,7 @@ def test_preemption_policy_never(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert explain_json(tmp_path, objects, incoming, capsys)["preemption"]["node"] == "machine1"
 
 
-def test_equal_priority_is_not_a_victim(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_equal_priority_is_not_a_victim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     objects = [machine("machine1"), bound("m1.1", "veryLarge", "high")]
     doc = explain_json(tmp_path, objects, preemptor("large", "high"), capsys)
     assert doc["preemption"] is None
