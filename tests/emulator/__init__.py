@@ -15,7 +15,7 @@ from .store import RESOURCES, ApiError, Obj, Resource
 
 __all__ = ["ApiError", "Emulator", "Fault", "make_node", "make_pod"]
 
-PODS, NODES, CONFIGMAPS, CORE_EVENTS, NAMESPACES, EVENTS, LEASES = RESOURCES
+PODS, NODES, CONFIGMAPS, CORE_EVENTS, NAMESPACES, EVENTS, LEASES, PDBS = RESOURCES
 
 
 def make_node(

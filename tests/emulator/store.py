@@ -49,6 +49,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False),
     Resource("events.k8s.io", "v1", "events", "Event", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
 )
 
 
