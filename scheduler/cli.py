@@ -49,6 +49,11 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--config", help="KubeSchedulerConfiguration for the topology policy")
+    p.add_argument(
+        "--no-preemption",
+        action="store_true",
+        help="turn DefaultPreemption off (on by default, as in kube-scheduler)",
+    )
 
 
 def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

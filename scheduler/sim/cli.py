@@ -55,6 +55,7 @@ def simulate(
     *,
     check: bool = False,
     progress: Callable[[str], Callable[[int], None]] | None = None,
+    preemption: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Simulation]]:
     """Run each policy on the scenario; returns the JSON document and the simulations."""
     started = time.perf_counter()
@@ -63,7 +64,7 @@ def simulate(
         advance = progress(policy) if progress is not None else None
         sims[policy] = Simulation(
             scenario, policy, config if policy.startswith("topology") else None, check=check,
-            progress=advance,
+            progress=advance, preemption=preemption,
         ).run()  # fmt: skip
     summaries = {name: summarize(sim) for name, sim in sims.items()}
     return document(scenario, summaries, time.perf_counter() - started), sims
@@ -109,7 +110,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     policies = expand_policies(args.policy)
     with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
-        doc, sims = simulate(scenario, policies, config, progress=progress)
+        doc, sims = simulate(
+            scenario, policies, config, progress=progress, preemption=not args.no_preemption
+        )
     if args.output == "json":
         print(json.dumps(doc, indent=2))
     else:

@@ -14,6 +14,12 @@ ignores the annotation, or the lowest free indices), and the node agent publishe
 kubelet's assignments on the Node (`topo-scheduler.io/gpu-assignments`). Completions delete
 the pod (the cache forgets it) and, like a cluster event, move unschedulable pods back to the
 active queue.
+
+Preemption (on unless `preemption=False`): the cycle's DefaultPreemption chooses victims; the
+simulated API server deletes them at once (no grace period) and each victim's job is
+resubmitted as a new pod that restarts from the beginning, or from its last checkpoint when the
+scenario sets `checkpointInterval`. The GPU time run since the last checkpoint is lost, and
+counted per priority.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from scheduler.core.framework import (
     ScheduleResult,
 )
 from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.preemption import PLUGIN_NAME as PREEMPTION_PLUGIN
+from scheduler.core.preemption import Plan
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
 from scheduler.core.topology.device_plugin import device_plugin_set
 from scheduler.core.topology.schema import (
@@ -96,6 +104,9 @@ class JobRecord:
     quality: SetQuality | None = None
     free_mask: int | None = None  # the node's free GPUs when it was placed
     topology: Topology | None = None
+    preemptions: int = 0  # times it was preempted
+    lost_gpu_seconds: float = 0.0  # GPU time run since its last checkpoint, when preempted
+    remaining: float | None = None  # run time left after a preemption (None: the duration)
 
     @property
     def wait(self) -> float | None:
@@ -155,6 +166,7 @@ class Simulation:
         check: bool = False,
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
+        preemption: bool = True,
     ) -> None:
         from plugins import frameworks_for, gpu_resource
 
@@ -170,6 +182,10 @@ class Simulation:
         else:
             self.config = count_only_config()
         self.frameworks: dict[str, Framework] = frameworks_for(self.config)
+        self.preemption = preemption
+        if not preemption:  # `--no-preemption`: the same profile without its PostFilter
+            for fw in self.frameworks.values():
+                fw.post_filters = [p for p in fw.post_filters if p.name != PREEMPTION_PLUGIN]
         self.scheduler_name = self.config.profiles[0].scheduler_name
         self.check = check
         self.on_decision = on_decision
@@ -201,6 +217,9 @@ class Simulation:
         self._pending_sizes: Counter[int] = Counter()
         self._heap: list[tuple[float, int, int, str]] = []
         self._seq = 0
+        self._completion: dict[str, int] = {}  # pod key -> its live completion event
+        self.preempted: Counter[int] = Counter()  # preemptions by the victim's priority
+        self.lost_gpu_seconds: dict[int, float] = {}  # by the victim's priority
 
     # ------------------------------------------------------------------ setup
 
@@ -218,9 +237,10 @@ class Simulation:
         for key, record in self.records.items():
             self._push(record.job.arrival, ARRIVAL, key)
 
-    def _push(self, at: float, kind: int, key: str) -> None:
+    def _push(self, at: float, kind: int, key: str) -> int:
         self._seq += 1
         heapq.heappush(self._heap, (at, kind, self._seq, key))
+        return self._seq
 
     # ------------------------------------------------------------------ the loop
 
@@ -249,10 +269,10 @@ class Simulation:
                 break
             self.now = max(self.now, min(times))
             while self._heap and self._heap[0][0] <= self.now:
-                _, kind, _, key = heapq.heappop(self._heap)
+                _, kind, seq, key = heapq.heappop(self._heap)
                 if kind == ARRIVAL:
                     self._arrive(key)
-                else:
+                elif self._completion.get(key) == seq:  # else the run was preempted
                     self._complete(key)
                 self.events += 1
                 if self.progress is not None:
@@ -292,6 +312,38 @@ class Simulation:
     def _complete(self, key: str) -> None:
         record = self.records[key]
         record.state = "completed"
+        self._release(key)
+
+    def _preempt(self, key: str) -> None:
+        """A victim is deleted: its run so far is lost back to its last checkpoint, and its
+        job comes back as a new pending pod."""
+        record = self.records[key]
+        if record.state != "running" or record.bound_at is None:
+            return
+        job = record.job
+        ran = self.now - record.bound_at
+        interval = self.scenario.checkpoint_interval
+        kept = (ran // interval) * interval if interval > 0 else 0.0
+        lost = (ran - kept) * job.gpus
+        record.remaining = (
+            record.remaining if record.remaining is not None else job.duration
+        ) - kept
+        record.preemptions += 1
+        record.lost_gpu_seconds += lost
+        self.preempted[job.priority] += 1
+        self.lost_gpu_seconds[job.priority] = self.lost_gpu_seconds.get(job.priority, 0.0) + lost
+        self._release(key)
+        obj = job.pod_object(self.scheduler_name)
+        obj["metadata"]["uid"] = f"{obj['metadata']['uid']}-{record.preemptions}"
+        self.pod_objects[key] = obj
+        record.state = "pending"
+        self._pending_sizes[job.gpus] += 1
+        self.cycle.enqueue(PodInfo.from_object(obj))
+
+    def _release(self, key: str) -> None:
+        """The pod is gone from its node: kubelet, agent and cache forget it."""
+        record = self.records[key]
+        self._completion.pop(key, None)
         self.pod_objects.pop(key)
         pod = self._bound.pop(key)
         node = record.node
@@ -341,7 +393,8 @@ class Simulation:
             record.free_mask = free_before
             record.topology = kubelet.topology
             record.quality = self.quality.judge(kubelet.topology, free_before, held)
-        self._push(self.now + record.job.duration, COMPLETION, key)
+        duration = record.remaining if record.remaining is not None else record.job.duration
+        self._completion[key] = self._push(self.now + duration, COMPLETION, key)
 
     def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
         """The kubelet's admission and the device plugin's allocation; returns the GPUs."""
@@ -472,3 +525,7 @@ class _Observer(CycleHooks):
 
     def unschedulable(self, pod: PodInfo, profile: str, message: str, elapsed: float) -> None:
         self.sim.records[pod.key].reason = message
+
+    def preempt(self, plan: Plan) -> None:
+        for victim in plan.victims:
+            self.sim._preempt(victim.pod.key)

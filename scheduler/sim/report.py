@@ -172,6 +172,24 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         },
         "makespan_seconds": round(end, 3),
         "pending_reasons": dict(reasons.most_common()),
+        "preemption": _preemption(sim),
+    }
+
+
+def _preemption(sim: Simulation) -> dict[str, Any]:
+    """Preemptions and the GPU-hours they cost, by the victims' priority."""
+    priorities = sorted(set(sim.preempted) | set(sim.lost_gpu_seconds))
+    return {
+        "enabled": sim.preemption,
+        "preemptions": sum(sim.preempted.values()),
+        "lost_gpu_hours": round(sum(sim.lost_gpu_seconds.values()) / 3600, 3),
+        "by_priority": {
+            str(priority): {
+                "preemptions": sim.preempted.get(priority, 0),
+                "lost_gpu_hours": round(sim.lost_gpu_seconds.get(priority, 0.0) / 3600, 3),
+            }
+            for priority in priorities
+        },
     }
 
 
@@ -206,6 +224,8 @@ def _fmt(value: Any, kind: str = "") -> str:
         return f"{value:,.0f} s"
     if kind == "gbps":
         return f"{value:.1f} GB/s"
+    if kind == "h":
+        return f"{value:,.2f} h"
     if isinstance(value, float):
         return f"{value:,.1f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
@@ -217,6 +237,13 @@ def _size_field(size: str, *keys: str) -> Callable[[Mapping[str, Any]], Any]:
         for key in keys:
             value = value.get(key) if isinstance(value, Mapping) else None
         return value
+
+    return get
+
+
+def _by_priority(priority: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
+    def get(policy: Mapping[str, Any]) -> Any:
+        return policy["preemption"]["by_priority"].get(priority, {}).get(key, 0)
 
     return get
 
@@ -285,6 +312,21 @@ def render_table(doc: Mapping[str, Any]) -> str:
         "pct",
     )
     row("makespan", lambda p: p["makespan_seconds"], "s")
+    row(
+        "preemptions",
+        lambda p: p["preemption"]["preemptions"] if p["preemption"]["enabled"] else None,
+    )
+    row("  lost GPU-hours", lambda p: p["preemption"]["lost_gpu_hours"], "h")
+    priorities = sorted(
+        {int(k) for p in policies.values() for k in p["preemption"]["by_priority"]}, reverse=True
+    )
+    for prio in priorities:
+        row(f"  victims of priority {prio}: preemptions", _by_priority(str(prio), "preemptions"))
+        row(
+            f"  victims of priority {prio}: lost GPU-hours",
+            _by_priority(str(prio), "lost_gpu_hours"),
+            "h",
+        )
     out = StringIO()
     console = Console(file=out, width=120, highlight=False)
     console.print(title, soft_wrap=True)

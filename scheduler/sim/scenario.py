@@ -50,7 +50,7 @@ SCHEDULER_NAME = "topo-scheduler"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
 
-_TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
+_TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs", "checkpointInterval"}
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
 _NODE_FIELDS = {"name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint"}
@@ -137,6 +137,8 @@ class Scenario:
     description: str = ""
     source: str = "<scenario>"
     node_names: list[str] = field(default_factory=list)
+    # seconds between checkpoints: a preempted job resumes from its last one (0: restarts)
+    checkpoint_interval: float = 0.0
 
     def node_objects(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, named `<template>-<i>`."""
@@ -474,7 +476,11 @@ def parse_scenario(data: Any, *, source: str = "<scenario>", seed: int | None = 
             raise ScenarioError(f"jobs: job name {job.name!r} is used twice")
         names[job.name] = 1
     jobs.sort(key=lambda j: (j.arrival, j.name))
-    return Scenario(name, used_seed, templates, jobs, description, source)
+    scenario = Scenario(name, used_seed, templates, jobs, description, source)
+    scenario.checkpoint_interval = _number(
+        top.get("checkpointInterval"), "checkpointInterval", default=0.0
+    )
+    return scenario
 
 
 def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
