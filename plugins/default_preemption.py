@@ -111,7 +111,7 @@ class DefaultPreemption:
         context: PreemptionContext | None = state.get(CONTEXT_KEY)
         if context is None:  # run outside the cycle: nothing to re-run the filters with
             return None
-        outcome = preempt(context, pod, snapshot, result, CHECKS)
+        outcome = preempt(context, state, pod, snapshot, result, CHECKS)
         state.write(OUTCOME_KEY, outcome)
         if outcome.plan is not None:
             return PostFilterResult(nominated_node=outcome.plan.node)

@@ -70,6 +70,9 @@ MAX_NODE_SCORE = 100
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 ALLOCATION_KEY = "topo-scheduler/allocation"
 """CycleState key of the devices allocated on the chosen node (an `Allocation` or None)."""
+FILTER_PLUGINS_KEY = "topo-scheduler/filter-plugins"
+"""CycleState key of the plugin behind each entry of the decision's filter trace, in order
+(PostFilter plugins read it: kube's per-node status carries the plugin)."""
 
 # A filter's verdict: (reason, mask of slots failing for that reason), in reason order.
 ReasonMasks = list[tuple[str, BoolArray]]
@@ -563,6 +566,8 @@ class Framework:
                 prefilter_message=prefilter_message,
             )
         alive = live.copy()
+        rejecting: list[str] = []  # the plugin behind each trace entry
+        state.write(FILTER_PLUGINS_KEY, rejecting)
         for plugin_name, names in restrictions:
             allowed = np.zeros_like(alive)
             for name in names:
@@ -571,6 +576,7 @@ class Framework:
                     allowed[slot] = True
             absent = alive & ~allowed
             trace.append((absent, [(_absent_reason(plugin_name), absent)]))
+            rejecting.append(plugin_name)
             alive &= allowed
         for plugin in self.filters:
             if not alive.any():
@@ -586,6 +592,7 @@ class Framework:
             rejected = alive & failed
             if rejected.any():
                 trace.append((rejected, masks))
+                rejecting.append(plugin.name)
                 alive &= ~failed
         return self._score(state, pod, snapshot, live, alive, trace, total_nodes)
 

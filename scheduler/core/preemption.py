@@ -42,6 +42,7 @@ import numpy as np
 
 from scheduler.core.disruption import DisruptionBudget, pdb_violations
 from scheduler.core.framework import (
+    FILTER_PLUGINS_KEY,
     CycleState,
     Framework,
     ReasonMasks,
@@ -303,29 +304,23 @@ class _Evaluation:
 
     # -- which nodes eviction could help -------------------------------------------------
 
-    def classify(self, result: ScheduleResult) -> list[int]:
-        """The failing slots whose failure eviction could cure, in node-name order."""
+    def classify(self, state: CycleState, result: ScheduleResult) -> list[int]:
+        """The failing slots whose failure eviction could cure, in node-name order: a node is
+        judged by its first failing filter, as kube keeps one status per node."""
         snapshot, pod = self.snapshot, self.pod
         live = snapshot.live.copy()
         if result.prefilter_message is not None:
-            return []
-        state = CycleState()
-        rejection, restrictions = self.framework.run_pre_filter(state, pod, snapshot)
-        if rejection is not None:
-            return []
+            return []  # PreFilter rejected the pod itself: no node helps
+        plugins: list[str] | None = state.get(FILTER_PLUGINS_KEY)
+        if plugins is None or len(plugins) != len(result.filter_trace):
+            return []  # not decided by `Framework.schedule`: nothing to judge by
+        filters = {p.name: p for p in self.framework.filters}
         unresolvable = np.zeros_like(live)
-        alive = live & ~result.feasible
-        for _, names in restrictions:
-            allowed = np.zeros_like(live)
-            for name in names:
-                slot = snapshot.index.get(name)
-                if slot is not None:
-                    allowed[slot] = True
-            unresolvable |= alive & ~allowed
-            alive &= allowed
-        _, trace = run_filters(self.framework, state, pod, snapshot, alive)
-        for plugin_name, rejected, masks in trace:
-            plugin = next(p for p in self.framework.filters if p.name == plugin_name)
+        for plugin_name, (rejected, masks) in zip(plugins, result.filter_trace, strict=True):
+            plugin = filters.get(plugin_name)
+            if plugin is None:  # a PreFilter plugin's node-name restriction
+                unresolvable |= rejected
+                continue
             check = (
                 plugin.unresolvable
                 if isinstance(plugin, ResolvableFilter)
@@ -390,10 +385,10 @@ class _Evaluation:
 
     def select_victims(self, slot: int) -> _Candidate | list[str]:
         """kube's SelectVictimsOnNode on a copy of the node: the candidate, or why not."""
-        copy = _NodeCopy(self.snapshot, slot, ())
         units = self.units(slot)
         if not units:
             return [NO_VICTIMS]
+        copy = _NodeCopy(self.snapshot, slot, ())
         held: dict[str, tuple[int, ...]] = {}
         for unit in units:
             for member in unit.here:
@@ -482,6 +477,7 @@ class _Evaluation:
 
 def preempt(
     context: PreemptionContext,
+    state: CycleState,
     pod: PodInfo,
     snapshot: Snapshot,
     result: ScheduleResult,
@@ -491,7 +487,7 @@ def preempt(
     evaluation = _Evaluation(context, pod, snapshot, checks or {})
     if pod.preemption_policy == "Never":
         return Outcome(None, NEVER)
-    potential = evaluation.classify(result)
+    potential = evaluation.classify(state, result)
     reason = evaluation.eligible(potential)
     if reason is not None:
         return Outcome(None, reason)
