@@ -28,7 +28,7 @@ from scheduler.core.framework import (
     ScheduleResult,
 )
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
-from scheduler.core.preemption import Plan
+from scheduler.core.preemption import Plan, group_key
 from scheduler.core.priority import PriorityClass, resolve_priority
 from scheduler.core.queue import SchedulingQueue
 
@@ -75,9 +75,10 @@ def load_cluster(
     path: str, cache: Cache | None = None
 ) -> tuple[Cache, list[PriorityClass], list[PodInfo]]:
     """Fill a cache from a snapshot file (nodes, bound pods, PodDisruptionBudgets); also the
-    PriorityClasses, and the pending pods nominated to a node (`status.nominatedNodeName`),
-    which hold room there as kube's nominator does. Pods without `spec.priority` get the
-    priority admission would have given them from those classes."""
+    PriorityClasses, and the pending pods: those nominated to a node (`status.nominatedNodeName`)
+    hold room there as kube's nominator does, and a pod group's pending members are placed
+    together when one of them preempts. Pods without `spec.priority` get the priority
+    admission would have given them from those classes."""
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
@@ -101,10 +102,8 @@ def load_cluster(
         cache.add_node(node)
     for pod in pods:
         cache.add_pod(pod)
-    nominated = [
-        p for p in pods if p.node_name is None and p.nominated_node_name and not p.terminal
-    ]
-    return cache, classes, nominated
+    pending = [p for p in pods if p.node_name is None and not p.terminal]
+    return cache, classes, pending
 
 
 def _load_pod(path: str) -> tuple[PodInfo, str | None]:
@@ -190,11 +189,12 @@ def explain(
     cache: Cache,
     pod: PodInfo,
     framework: Framework,
-    nominated: Iterable[PodInfo] = (),
+    pending: Iterable[PodInfo] = (),
 ) -> dict[str, Any]:
     """Run the scheduling cycle for the pod on the snapshot, binding nothing and evicting
-    nothing (dry run), and build the JSON report (the stable contract). `nominated`: pending
-    pods nominated to nodes, counted there as kube's nominator does."""
+    nothing (dry run), and build the JSON report (the stable contract). `pending`: the
+    snapshot's pending pods (nominated ones hold room on their node; members of the pod's
+    group are placed with it if it preempts)."""
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
     notes = [
         f"pod {key} on {node} holds GPUs {','.join(map(str, gpus))} as the device plugin "
@@ -204,10 +204,13 @@ def explain(
     report = _NodeReport(cache, framework)
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
     cycle = Scheduler(cache, queue, {pod.scheduler_name: framework}, DryRunBinder(), report)
-    for other in nominated:
-        if other.key != pod.key:
-            cycle.nominator.observe(other)
+    waiting = [other for other in pending if other.key != pod.key]
+    for other in waiting:
+        cycle.nominator.observe(other)
     cycle.nominator.observe(pod)
+    group = group_key(pod)
+    members = [other for other in waiting if group is not None and group_key(other) == group]
+    cycle.pending_members = lambda _: members
     queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
     queued = queue.pop()
     assert queued is not None
@@ -237,6 +240,12 @@ def explain(
             "node": plan.node,
             "victims": [victim.pod.key for victim in plan.victims],
             "gpus": list(plan.gpus),
+            # a gang preemptor: where each member goes
+            **(
+                {"members": {member.key: node for member, node, _ in plan.members}}
+                if plan.members
+                else {}
+            ),
         }
         if plan is not None
         else None
@@ -308,6 +317,8 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
             f"preemption: would run on {plan['node']}{gpus} after evicting "
             f"{len(victims)} pod(s): {', '.join(victims)} (dry run: nothing evicted)"
         )
+        for member, node in (plan.get("members") or {}).items():
+            console.print(f"preemption: pod group member {member} -> {node}")
     for note in document.get("notes", []):
         console.print(f"note: {note}")
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
@@ -331,7 +342,7 @@ def run_explain(args: argparse.Namespace) -> int:
                 f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
             )
         framework = frameworks[profile.scheduler_name]
-        cache, classes, nominated = load_cluster(args.snapshot, Cache(gpu_resource(config)))
+        cache, classes, pending = load_cluster(args.snapshot, Cache(gpu_resource(config)))
         try:
             pod = resolve_priority(pod, classes)
         except ModelError as exc:
@@ -339,7 +350,7 @@ def run_explain(args: argparse.Namespace) -> int:
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    document = explain(cache, pod, framework, nominated)
+    document = explain(cache, pod, framework, pending)
     if args.output == "json":
         print(json.dumps(document, indent=2))
     else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -44,6 +44,7 @@ from scheduler.core.preemption import (
     Outcome,
     Plan,
     PreemptionContext,
+    group_key,
     snapshot_group,
 )
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
@@ -168,6 +169,8 @@ class Scheduler:
         self.waiting: dict[str, Assumed] = {}  # pods waiting on Permit, by key
         self.nominator = Nominator()  # pods that preempted, counted on their node
         self.groups: GroupLookup = snapshot_group  # pod groups, for whole-group victims
+        # the pending members of a pod's group (a gang preemptor must place them all)
+        self.pending_members: Callable[[PodInfo], Sequence[PodInfo]] = self._queued_members
 
     # ------------------------------------------------------------------ queueing
 
@@ -214,7 +217,11 @@ class Scheduler:
                     state.write(
                         CONTEXT_KEY,
                         PreemptionContext(
-                            fw, self.nominator, tuple(self.cache.budgets.values()), self.groups
+                            fw,
+                            self.nominator,
+                            tuple(self.cache.budgets.values()),
+                            self.groups,
+                            self.pending_members,
                         ),
                     )
                     try:
@@ -291,8 +298,18 @@ class Scheduler:
         for other in plan.cleared:
             self.nominator.remove(other.key)
             self.hooks.nominated(other, None)
-        self.nominator.add(pod, plan.node, plan.gpus)
-        self.hooks.nominated(pod, plan.node)
+        for member, node, gpus in plan.members or ((pod, plan.node, plan.gpus),):
+            self.nominator.add(member, node, gpus)
+            self.hooks.nominated(member, node)
+
+    def _queued_members(self, pod: PodInfo) -> list[PodInfo]:
+        """The other members of the pod's group waiting in the queue."""
+        key = group_key(pod)
+        if key is None:
+            return []
+        return [
+            qp.pod for qp in self.queue.tracked() if qp.key != pod.key and group_key(qp.pod) == key
+        ]
 
     def _error(self, pod: PodInfo, fw: Framework, error: Exception, start: float) -> Decision:
         elapsed = self.timer() - start

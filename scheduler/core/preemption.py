@@ -34,7 +34,7 @@ only reports them (`explain`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -149,6 +149,8 @@ class PreemptionContext:
     nominator: Nominator = field(default_factory=Nominator)
     budgets: Sequence[DisruptionBudget] = ()
     groups: GroupLookup = snapshot_group
+    # the other pending members of the pod's group (a gang preemptor places them all)
+    pending_members: Callable[[PodInfo], Sequence[PodInfo]] = lambda pod: ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +168,9 @@ class Plan:
     victims: tuple[Victim, ...]
     pdb_violations: int = 0
     gpus: tuple[int, ...] = ()  # the set the preemptor would get once the victims are gone
-    cleared: tuple[PodInfo, ...] = ()  # lower-priority pods nominated to the node
+    cleared: tuple[PodInfo, ...] = ()  # lower-priority pods nominated to the node(s)
+    # a gang preemptor: every pending member with its node and GPU set (the preemptor first)
+    members: tuple[tuple[PodInfo, str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,24 +357,23 @@ class _Evaluation:
 
     # -- one node ------------------------------------------------------------------------
 
-    def units(self, slot: int) -> list[_Unit]:
-        """The lower-priority pods on the slot as eviction units (groups kept whole)."""
-        name = self.snapshot.names[slot]
-        assert name is not None
+    def units(self, pods: Iterable[PodInfo], node: str, preemptor: PodInfo) -> list[_Unit]:
+        """The pods on a node of lower priority than the preemptor, as eviction units: one pod,
+        or a whole group (none of a group with a member at or above the preemptor's)."""
         units: list[_Unit] = []
         grouped: dict[str, _Unit | None] = {}
-        for other in self.snapshot.pods[slot].values():
-            if other.priority >= self.pod.priority:
+        for other in pods:
+            if other.priority >= preemptor.priority:
                 continue
             group = self.group(other)
             if group is None:
-                units.append(_Unit([other], [(other, name)]))
+                units.append(_Unit([other], [(other, node)]))
                 continue
             if group.key not in grouped:
                 members = list(group.members)
                 if all(m.key != other.key for m, _ in members):
-                    members.append((other, name))
-                whole = all(m.priority < self.pod.priority for m, _ in members)
+                    members.append((other, node))
+                whole = all(m.priority < preemptor.priority for m, _ in members)
                 grouped[group.key] = _Unit([], members) if whole else None
                 if whole:
                     units.append(grouped[group.key])  # type: ignore[arg-type]
@@ -383,17 +386,22 @@ class _Evaluation:
         units.sort(key=lambda u: _importance(u.here[0]))
         return units
 
-    def select_victims(self, slot: int) -> _Candidate | list[str]:
-        """kube's SelectVictimsOnNode on a copy of the node: the candidate, or why not."""
-        units = self.units(slot)
+    def select_victims(
+        self, base: Snapshot, slot: int, preemptor: PodInfo
+    ) -> _Candidate | list[str]:
+        """kube's SelectVictimsOnNode on a copy of one node of `base` (the snapshot, or a gang
+        plan's working copy): the candidate, or why not."""
+        name = base.names[slot]
+        assert name is not None
+        units = self.units(base.pods[slot].values(), name, preemptor)
         if not units:
             return [NO_VICTIMS]
-        copy = _NodeCopy(self.snapshot, slot, ())
+        copy = _NodeCopy(base, slot, ())
         held: dict[str, tuple[int, ...]] = {}
         for unit in units:
             for member in unit.here:
                 held[member.key] = copy.remove(member)
-        fits, reasons, _ = copy.fits(self.framework, self.pod)
+        fits, reasons, _ = copy.fits(self.framework, preemptor)
         if not fits:
             return reasons
         ordered = [m for unit in units for m, _ in unit.everywhere]
@@ -410,7 +418,7 @@ class _Evaluation:
         for unit in [u for u in units if u.violating] + [u for u in units if not u.violating]:
             for member in unit.here:
                 copy.add(member, held[member.key])
-            if not copy.fits(self.framework, self.pod)[0]:
+            if not copy.fits(self.framework, preemptor)[0]:
                 for member in unit.here:
                     copy.remove(member)
                 evicted.append(unit)
@@ -453,26 +461,135 @@ class _Evaluation:
                 break
         return remaining[0]
 
-    def plan(self, chosen: _Candidate) -> Plan:
-        fits, _, state = chosen.copy.fits(self.framework, self.pod)
-        allocation = (
-            self.framework.allocate(state, self.pod, chosen.copy.snapshot, chosen.copy.slot)
-            if fits
-            else None
-        )
-        cleared = tuple(
+    def allocation(self, copy: _NodeCopy, pod: PodInfo) -> tuple[int, ...] | None:
+        """The GPU set the pod gets on the copy as it stands (None: it does not fit)."""
+        fits, _, state = copy.fits(self.framework, pod)
+        if not fits:
+            return None
+        allocation = self.framework.allocate(state, pod, copy.snapshot, copy.slot)
+        return allocation.gpus if allocation is not None else ()
+
+    def cleared(self, nodes: Iterable[str], skip: set[str]) -> tuple[PodInfo, ...]:
+        """Lower-priority pods nominated to the nodes: their nominations are cleared."""
+        return tuple(
             n.pod
-            for n in self.context.nominator.on_node(chosen.node)
-            if n.pod.priority < self.pod.priority and n.pod.key != self.pod.key
+            for node in sorted(set(nodes))
+            for n in self.context.nominator.on_node(node)
+            if n.pod.priority < self.pod.priority and n.pod.key not in skip
         )
+
+    def plan(self, chosen: _Candidate) -> Plan:
+        gpus = self.allocation(chosen.copy, self.pod) or ()
+        cleared = self.cleared([chosen.node], {self.pod.key})
+        return Plan(self.pod, chosen.node, chosen.victims, chosen.violations, gpus, cleared)
+
+    # -- a gang preemptor ----------------------------------------------------------------
+
+    def gang(self, members: Sequence[PodInfo]) -> Plan | str:
+        """Place every pending member of the preemptor's group in turn on working copies of
+        the nodes, each where it fits or else where preemption makes room for it (the
+        victims of earlier members gone, the members placed so far counted). The plan holds
+        only if all fit; otherwise nothing is evicted (the reason is returned)."""
+        snapshot = self.snapshot
+        rank = snapshot.name_rank()
+        live = sorted(np.flatnonzero(snapshot.live).tolist(), key=lambda s: rank[s])
+        work: dict[str, _NodeCopy] = {}
+
+        def copy_of(node: str) -> _NodeCopy | None:
+            if node not in work:
+                slot = snapshot.index.get(node)
+                if slot is None or not snapshot.live[slot]:
+                    return None
+                work[node] = _NodeCopy(snapshot, slot, ())
+            return work[node]
+
+        evicted: dict[str, Victim] = {}
+        violations = 0
+        placed: list[tuple[PodInfo, str, tuple[int, ...]]] = []
+        for member in members:
+            spot = self._fits_somewhere(member, live, work)
+            if spot is None:
+                candidates: list[_Candidate] = []
+                for slot in live:
+                    name = snapshot.names[slot]
+                    assert name is not None
+                    mine = work.get(name)
+                    base, at = (mine.snapshot, mine.slot) if mine else (snapshot, slot)
+                    outcome = self.select_victims(base, at, member)
+                    if isinstance(outcome, _Candidate):
+                        candidates.append(outcome)
+                if not candidates:
+                    return (
+                        f"pod group {group_key(self.pod)}: {member.key} fits on no node even "
+                        f"with preemption ({len(placed)} of {len(members)} members placed)."
+                    )
+                chosen = self.pick(candidates)
+                work[chosen.node] = chosen.copy
+                for victim in chosen.victims:
+                    if victim.pod.key in evicted:
+                        continue
+                    evicted[victim.pod.key] = victim
+                    elsewhere = copy_of(victim.node) if victim.node != chosen.node else None
+                    if (
+                        elsewhere is not None
+                        and victim.pod.key in elsewhere.snapshot.pods[elsewhere.slot]
+                    ):
+                        elsewhere.remove(victim.pod)
+                violations += chosen.violations
+                spot = chosen.node
+            copy = copy_of(spot)
+            assert copy is not None
+            gpus = self.allocation(copy, member)
+            if gpus is None:  # the filters disagree with themselves: do not act on it
+                return f"pod group {group_key(self.pod)}: {member.key} does not fit on {spot}."
+            copy.add(member, gpus)
+            placed.append((member, spot, gpus))
+        victims = tuple(sorted(evicted.values(), key=lambda v: _importance(v.pod)))
+        if not victims:
+            return f"pod group {group_key(self.pod)}: expected at least one victim pod."
+        keys = {m.key for m in members}
         return Plan(
             self.pod,
-            chosen.node,
-            chosen.victims,
-            chosen.violations,
-            allocation.gpus if allocation is not None else (),
-            cleared,
+            placed[0][1],
+            victims,
+            violations,
+            placed[0][2],
+            self.cleared((node for _, node, _ in placed), keys),
+            tuple(placed),
         )
+
+    def _fits_somewhere(
+        self, member: PodInfo, live: Sequence[int], work: Mapping[str, _NodeCopy]
+    ) -> str | None:
+        """The first node, in name order, where the member fits as things stand."""
+        snapshot = self.snapshot
+        state = CycleState()
+        rejection, restrictions = self.framework.run_pre_filter(state, member, snapshot)
+        if rejection is not None:
+            return None
+        untouched = snapshot.live.copy()
+        for name in work:
+            slot = snapshot.index.get(name)
+            if slot is not None:
+                untouched[slot] = False
+        for _, names in restrictions:
+            allowed = np.zeros_like(untouched)
+            for name in names:
+                slot = snapshot.index.get(name)
+                if slot is not None:
+                    allowed[slot] = True
+            untouched &= allowed
+        feasible, _ = run_filters(self.framework, state, member, snapshot, untouched)
+        for slot in live:
+            node = snapshot.names[slot]
+            assert node is not None
+            copy = work.get(node)
+            if copy is not None:
+                if copy.fits(self.framework, member)[0]:
+                    return node
+            elif feasible[slot]:
+                return node
+        return None
 
 
 def preempt(
@@ -493,11 +610,17 @@ def preempt(
         return Outcome(None, reason)
     total = snapshot.live_count
     counts: dict[str, int] = {}
+    others = [m for m in context.pending_members(pod) if m.key != pod.key]
+    if others and group_key(pod) is not None:
+        gang = evaluation.gang([pod, *sorted(others, key=lambda m: m.key)])
+        if isinstance(gang, Plan):
+            return Outcome(gang)
+        return Outcome(None, gang)
     if not potential:
         return Outcome(None, fit_error_message(total, {NOT_HELPFUL: total}), True)
     candidates: list[_Candidate] = []
     for slot in potential:
-        outcome = evaluation.select_victims(slot)
+        outcome = evaluation.select_victims(snapshot, slot, pod)
         if isinstance(outcome, _Candidate):
             candidates.append(outcome)
             continue

@@ -120,6 +120,10 @@ class SchedulingQueue(Generic[T]):
     def get(self, key: str) -> QueuedPod[T] | None:
         return self._pods.get(key)
 
+    def tracked(self) -> list[QueuedPod[T]]:
+        """Every pod the queue tracks, wherever it is (e.g. a pod group's pending members)."""
+        return list(self._pods.values())
+
     def pending(self) -> dict[str, int]:
         """Pods per sub-queue (kube's scheduler_pending_pods{queue})."""
         active, backoff = len(self._active_seq), len(self._backoff_seq)

@@ -209,3 +209,45 @@ def test_table_shows_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         "preemption: would run on a (GPUs 0,1,2,3,4,5,6,7) after evicting 1 pod(s): "
         "default/sweep (dry run: nothing evicted)"
     ) in out
+
+
+def gang_member(name: str, priority: int = 1000) -> dict[str, Any]:
+    return gpu_pod(name, priority, 8, annotations={"topo-scheduler.io/pod-group": "train"})
+
+
+def test_gang_preemptor_places_every_member(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two 8-GPU members, two full nodes of sweeps: both nodes are freed, and the plan names
+    each member's node."""
+    objects = [gpu_node("a"), gpu_node("b"), gpu_node("c")]
+    objects += [running(f"a{i}", "a", 0, gpus=(2 * i, 2 * i + 1)) for i in range(4)]
+    objects += [running(f"b{i}", "b", 0, gpus=(2 * i, 2 * i + 1)) for i in range(4)]
+    objects += [running("c0", "c", 5000, gpus=tuple(range(8)))]  # not a victim: higher
+    objects.append(gang_member("worker-1"))
+    doc = explain_json(tmp_path, objects, gang_member("worker-0"), capsys)
+    plan = doc["preemption"]
+    assert plan["node"] == "a"
+    assert plan["members"] == {"default/worker-0": "a", "default/worker-1": "b"}
+    assert sorted(plan["victims"]) == [f"default/{n}{i}" for n in "ab" for i in range(4)]
+
+
+def test_gang_preemptor_that_cannot_fit_evicts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three 8-GPU members and two nodes with lower-priority pods (the third is held by a
+    higher-priority pod): no plan at all, though each member alone could preempt."""
+    objects = [gpu_node("a"), gpu_node("b"), gpu_node("c")]
+    objects += [running(f"a{i}", "a", 0, gpus=(2 * i, 2 * i + 1)) for i in range(4)]
+    objects += [running(f"b{i}", "b", 0, gpus=(2 * i, 2 * i + 1)) for i in range(4)]
+    objects += [running("c0", "c", 5000, gpus=tuple(range(8)))]
+    objects += [gang_member("worker-1"), gang_member("worker-2")]
+    doc = explain_json(tmp_path, objects, gang_member("worker-0"), capsys)
+    assert doc["preemption"] is None
+    assert doc["message"].endswith(
+        "preemption: pod group default/train: default/worker-2 fits on no node even with "
+        "preemption (2 of 3 members placed)."
+    )
+    # alone (no pending members in the snapshot), the same pod preempts
+    doc = explain_json(tmp_path, objects[:-2], gang_member("worker-0"), capsys)
+    assert doc["preemption"]["node"] == "a"
