@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.decode import Fields
-from scheduler.core.model import ModelError, PodInfo
+from scheduler.core.model import PodInfo, object_identity
 
 __all__ = ["DisruptionBudget", "LabelSelector", "pdb_violations"]
 
@@ -86,25 +86,13 @@ class DisruptionBudget:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> DisruptionBudget:
-        if not isinstance(obj, Mapping):
-            raise ModelError(f"PodDisruptionBudget: must be a mapping, got {type(obj).__name__}")
-        meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-        namespace = ns if isinstance(ns, str) and ns else "default"
-        where = Fields(
-            ModelError,
-            f"PodDisruptionBudget {namespace}/{name}: " if isinstance(name, str) else "",
-        )
-        meta = where.mapping(meta, "metadata")
-        if not where.string(meta.get("name"), "metadata.name", ""):
-            raise where.fail("metadata.name", "is required")
+        where, _, name, namespace = object_identity(obj, "PodDisruptionBudget", namespaced=True)
         spec = where.mapping(obj.get("spec"), "spec")
         status = where.mapping(obj.get("status"), "status")
         disrupted = where.mapping(status.get("disruptedPods"), "status.disruptedPods")
         return cls(
             namespace=namespace,
-            name=str(meta["name"]),
+            name=name,
             selector=LabelSelector.parse(spec.get("selector"), where, "spec.selector"),
             disruptions_allowed=where.integer(
                 status.get("disruptionsAllowed"), "status.disruptionsAllowed", 0

@@ -124,6 +124,28 @@ def _object(kind: str, name: str) -> Fields:
     return Fields(ModelError, f"{kind} {name}: " if name else f"{kind}: ")
 
 
+def object_identity(
+    obj: Any, kind: str, *, namespaced: bool
+) -> tuple[Fields, Mapping[str, Any], str, str]:
+    """An API object's decoder (errors read ``<kind> <ns>/<name>: <field>: ...``), its
+    metadata, name (required) and namespace ("default" when unset; "" if cluster-scoped)."""
+    if not isinstance(obj, Mapping):
+        raise ModelError(f"{kind}: must be a mapping, got {type(obj).__name__}")
+    meta = obj.get("metadata")
+    raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+    raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    namespace = (raw_ns if isinstance(raw_ns, str) and raw_ns else "default") if namespaced else ""
+    shown = ""
+    if isinstance(raw_name, str):
+        shown = f"{namespace}/{raw_name}" if namespaced else raw_name
+    where = _object(kind, shown)
+    meta = where.mapping(meta, "metadata")
+    name = where.string(meta.get("name"), "metadata.name", "")
+    if not name:
+        raise where.fail("metadata.name", "is required")
+    return where, meta, name, namespace
+
+
 def _quantities(value: Any, where: Fields, path: str) -> Amounts:
     result: Amounts = {}
     for name, quantity in where.mapping(value, path).items():

@@ -45,9 +45,9 @@ from scheduler.core.framework import (
     FILTER_PLUGINS_KEY,
     CycleState,
     Framework,
-    ReasonMasks,
     ScheduleResult,
     fit_error_message,
+    slots_named,
 )
 from scheduler.core.model import PodInfo
 from scheduler.core.nominator import Nomination, Nominator
@@ -183,35 +183,6 @@ class Outcome:
 # ------------------------------------------------------------------ running the filters
 
 
-def run_filters(
-    framework: Framework,
-    state: CycleState,
-    pod: PodInfo,
-    snapshot: Snapshot,
-    candidates: BoolArray,
-) -> tuple[BoolArray, list[tuple[str, BoolArray, ReasonMasks]]]:
-    """The profile's filters in order, as the cycle runs them, naming the plugin that
-    rejected each slot first: (slots that pass, [(plugin, slots it rejected, reasons)])."""
-    alive = candidates.copy()
-    trace: list[tuple[str, BoolArray, ReasonMasks]] = []
-    for plugin in framework.filters:
-        if not alive.any():
-            break
-        if plugin.name in state.skip_filter:
-            continue
-        masks = plugin.filter(state, pod, snapshot, alive)
-        if not masks:
-            continue
-        failed = np.zeros_like(alive)
-        for _, mask in masks:
-            failed |= mask
-        rejected = alive & failed
-        if rejected.any():
-            trace.append((plugin.name, rejected, masks))
-            alive &= ~failed
-    return alive, trace
-
-
 def _importance(pod: PodInfo) -> tuple[int, float, str]:
     """kube's MoreImportantPod as a sort key: higher priority, then earlier start (a pod not
     started yet counts as starting now, i.e. last)."""
@@ -254,7 +225,7 @@ class _NodeCopy:
         for plugin, names in restrictions:
             if self.name not in names:
                 return False, [f"node(s) didn't satisfy plugin(s) [{plugin}]"], state
-        alive, trace = run_filters(framework, state, pod, self.snapshot, self.snapshot.live)
+        alive, trace = framework.run_filters(state, pod, self.snapshot, self.snapshot.live)
         if alive[self.slot]:
             return True, [], state
         for _, rejected, masks in trace:
@@ -573,13 +544,8 @@ class _Evaluation:
             if slot is not None:
                 untouched[slot] = False
         for _, names in restrictions:
-            allowed = np.zeros_like(untouched)
-            for name in names:
-                slot = snapshot.index.get(name)
-                if slot is not None:
-                    allowed[slot] = True
-            untouched &= allowed
-        feasible, _ = run_filters(self.framework, state, member, snapshot, untouched)
+            untouched &= slots_named(snapshot, names)
+        feasible, _ = self.framework.run_filters(state, member, snapshot, untouched)
         for slot in live:
             node = snapshot.names[slot]
             assert node is not None

@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.decode import Fields
-from scheduler.core.model import PREEMPTION_POLICIES, ModelError, PodInfo
+from scheduler.core.model import PREEMPTION_POLICIES, ModelError, PodInfo, object_identity
 
 __all__ = ["BUILTIN_CLASSES", "PriorityClass", "resolve_priority"]
 
@@ -33,17 +32,7 @@ class PriorityClass:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> PriorityClass:
         """Parse a `scheduling.k8s.io/v1` PriorityClass; errors name the object and field."""
-        if not isinstance(obj, Mapping):
-            raise ModelError(f"PriorityClass: must be a mapping, got {type(obj).__name__}")
-        meta = obj.get("metadata")
-        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
-        where = Fields(
-            ModelError, f"PriorityClass {raw_name}: " if isinstance(raw_name, str) else ""
-        )
-        meta = where.mapping(meta, "metadata")
-        name = where.string(meta.get("name"), "metadata.name", "")
-        if not name:
-            raise where.fail("metadata.name", "is required")
+        where, _, name, _ = object_identity(obj, "PriorityClass", namespaced=False)
         if obj.get("value") is None:
             raise where.fail("value", "is required")
         value = where.integer(obj.get("value"), "value")
