@@ -33,6 +33,7 @@ only reports them (`explain`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from scheduler.core.framework import (
 from scheduler.core.model import PodInfo
 from scheduler.core.nominator import Nomination, Nominator
 from scheduler.core.snapshot import BoolArray, Snapshot
+from scheduler.core.topology.schema import ANNOTATION_ASSIGNMENTS, ANNOTATION_TOPOLOGY
 from scheduler.core.topology.state import GpuState
 
 __all__ = [
@@ -198,7 +200,17 @@ class _NodeCopy:
         assert info is not None
         self.name = info.name
         self.snapshot = Snapshot(GpuState(snapshot.gpus.resource, snapshot.gpus.selector))
-        self.slot = self.snapshot.set_node(info)
+        # the node without its GPU annotations, whose parsed state is taken as it is
+        bare = dataclasses.replace(
+            info,
+            annotations={
+                k: v
+                for k, v in info.annotations.items()
+                if k not in (ANNOTATION_TOPOLOGY, ANNOTATION_ASSIGNMENTS)
+            },
+        )
+        self.slot = self.snapshot.set_node(bare)
+        self.snapshot.gpus.copy_node(self.slot, snapshot.gpus, slot)
         held = snapshot.gpus.sets[slot]
         for key, pod in snapshot.pods[slot].items():
             self.add(pod, held.get(key, ()))
