@@ -621,6 +621,7 @@ class KubeScheduler(CycleHooks):
             victims=[v.pod.key for v in plan.victims],
             pdb_violations=plan.pdb_violations,
         )
+        self.metrics.preemption_victims.observe(len(plan.victims))
         self._spawn(self._evict(plan))
 
     def nominated(self, pod: PodInfo, node: str | None) -> None:

@@ -45,6 +45,9 @@ def test_high_priority_pod_preempts_and_binds_after_the_victims_go(emulator: Emu
         await wait_for(
             lambda: all_bound_once(emulator, ["default/urgent"]), what="the preemptor bound"
         )
+        assert rep.sched is not None
+        victims = rep.sched.metrics.preemption_victims.collect()[0].samples
+        assert ("scheduler_preemption_victims_sum", 4.0) in [(s.name, s.value) for s in victims]
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
