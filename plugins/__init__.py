@@ -8,6 +8,7 @@ from __future__ import annotations
 from plugins import (
     balanced_allocation,
     default_binder,
+    default_preemption,
     dynamic_resources,
     gpu_topology,
     image_locality,
@@ -46,6 +47,7 @@ REGISTRY: dict[str, PluginFactory] = {
     volume_binding.NAME: volume_binding.new,
     volume_zone.NAME: volume_zone.new,
     dynamic_resources.NAME: dynamic_resources.new,
+    default_preemption.NAME: default_preemption.new,
     default_binder.NAME: default_binder.new,
 }
 

@@ -1,5 +1,6 @@
-"""PrioritySort (QueueSort): higher `spec.priority` first, then the earlier pod, as
-kube-scheduler's queue orders pods."""
+"""PrioritySort (QueueSort): higher `spec.priority` first, then the pod added to the queue
+earlier (kube's QueuedPodInfo.Timestamp: set when the pod enters the queue and refreshed when
+it is put back after a failed attempt), as kube-scheduler's queue orders pods."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ NAME = "PrioritySort"
 class PrioritySort:
     name = NAME
 
-    def sort_key(self, priority: int, created: float) -> tuple[float, ...]:
-        return (-priority, created)
+    def sort_key(self, priority: int, enqueued: float) -> tuple[float, ...]:
+        return (-priority, enqueued)
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> PrioritySort:

@@ -86,6 +86,11 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="START:END",
         help="replay the trace's jobs arriving START..END seconds after its first arrival",
     )
+    p.add_argument(
+        "--no-preemption",
+        action="store_true",
+        help="turn DefaultPreemption off (on by default, as in kube-scheduler)",
+    )
 
 
 def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

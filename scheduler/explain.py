@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import yaml
 from scheduler.core.cache import Cache
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
 from scheduler.core.cycle import CycleHooks, Scheduler, drive
+from scheduler.core.disruption import DisruptionBudget
 from scheduler.core.framework import (
     BindOutcome,
     BindResult,
@@ -41,6 +43,8 @@ from scheduler.core.model import (
     NodeInfo,
     PodInfo,
 )
+from scheduler.core.preemption import Plan, group_key
+from scheduler.core.priority import PriorityClass, resolve_priority
 from scheduler.core.queue import SchedulingQueue
 from scheduler.core.storage import STORAGE_KINDS
 
@@ -84,43 +88,59 @@ _GROUP_PARSERS = {
 }
 
 
-def load_snapshot(
-    path: str,
-    cache: Cache | None = None,
-    *,
-    pending: list[PodInfo] | None = None,
-    groups: list[GroupSpec] | None = None,
-) -> Cache:
-    """Fill a cache from a snapshot file: nodes, and the pods bound to them; pending pods
-    and PodGroup objects go to `pending` and `groups` when given (for pod groups)."""
-    cache = cache or Cache()
+@dataclass
+class Cluster:
+    """What a snapshot file holds beside the cache: PriorityClasses, the pending pods (a
+    pod group's members are placed together; nominated pods hold room on their node) and
+    PodGroup objects."""
+
+    cache: Cache
+    classes: list[PriorityClass] = field(default_factory=list)
+    pending: list[PodInfo] = field(default_factory=list)
+    groups: list[GroupSpec] = field(default_factory=list)
+
+
+def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
+    """Fill a cache from a snapshot file: nodes, and the pods bound to them."""
+    return load_cluster(path, cache).cache
+
+
+def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
+    """Fill a cache from a snapshot file (nodes, bound pods, storage objects,
+    PodDisruptionBudgets) and read the rest of the cluster. Pods without `spec.priority` get
+    the priority admission would have given them from the snapshot's PriorityClasses."""
+    cluster = Cluster(cache or Cache())
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     storage: list[Any] = []
-    for obj in _flatten(_documents(path), path):
-        kind = obj.get("kind")
-        try:
+    try:
+        for obj in _flatten(_documents(path), path):
+            kind = obj.get("kind")
             if kind == "Node":
                 nodes.append(NodeInfo.from_object(obj))
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
-            elif kind == "PodGroup" and groups is not None:
+            elif kind == "PodGroup":
                 api = str(obj.get("apiVersion") or "").split("/")[0]
                 if api in _GROUP_PARSERS:
-                    groups.append(_GROUP_PARSERS[api](obj))
+                    cluster.groups.append(_GROUP_PARSERS[api](obj))
             elif isinstance(kind, str) and kind in STORAGE_KINDS:
                 storage.append(STORAGE_KINDS[kind].from_object(obj))
-        except (ModelError, GroupError) as exc:
-            raise ExplainError(f"{path}: {exc}") from None
+            elif kind == "PriorityClass":
+                cluster.classes.append(PriorityClass.from_object(obj))
+            elif kind == "PodDisruptionBudget":
+                cluster.cache.set_budget(DisruptionBudget.from_object(obj))
+        pods = [resolve_priority(pod, cluster.classes) for pod in pods]
+    except (ModelError, GroupError) as exc:
+        raise ExplainError(f"{path}: {exc}") from None
     for value in storage:
-        cache.snapshot.storage.add(value)
+        cluster.cache.snapshot.storage.add(value)
     for node in nodes:
-        cache.add_node(node)
+        cluster.cache.add_node(node)
     for pod in pods:
-        cache.add_pod(pod)
-        if pending is not None and pod.node_name is None and not pod.terminal:
-            pending.append(pod)
-    return cache
+        cluster.cache.add_pod(pod)
+    cluster.pending = [p for p in pods if p.node_name is None and not p.terminal]
+    return cluster
 
 
 def _load_pod(path: str) -> tuple[PodInfo, str | None]:
@@ -166,6 +186,10 @@ class _NodeReport(CycleHooks):
         self.result: ScheduleResult | None = None
         self.nodes: dict[str, Any] = {}
         self.target: str | None = None  # with a pod group: the explained member only
+        self.plan: Plan | None = None
+
+    def preempt(self, plan: Plan) -> None:
+        self.plan = plan  # a dry run: reported, nothing is evicted
 
     def decided(self, pod: PodInfo, result: ScheduleResult, state: CycleState) -> None:
         if self.target is not None and pod.key != self.target:
@@ -211,10 +235,12 @@ def explain(
     groups: Iterable[GroupSpec] = (),
     levels: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Run the scheduling cycle for the pod on the snapshot, binding nothing (dry run), and
-    build the JSON report (the stable contract). A pod of a pod group is placed with the
-    group's `pending` members (the group cycle, `groups` its PodGroup objects, `levels` the
-    topologyLevels); the report then has a `group` part."""
+    """Run the scheduling cycle for the pod on the snapshot, binding nothing and evicting
+    nothing (dry run), and build the JSON report (the stable contract). `pending`: the
+    snapshot's pending pods (nominated ones hold room on their node; members of the pod's
+    group are placed with it). A pod of a pod group is placed with the group's pending members
+    (the group cycle, `groups` its PodGroup objects, `levels` the topologyLevels); the report
+    then has a `group` part."""
     if pod.pod_group is not None:
         return _explain_group(cache, pod, framework, pending, groups, levels)
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
@@ -226,6 +252,13 @@ def explain(
     report = _NodeReport(cache, framework)
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
     cycle = Scheduler(cache, queue, {pod.scheduler_name: framework}, DryRunBinder(), report)
+    waiting = [other for other in pending if other.key != pod.key]
+    for other in waiting:
+        cycle.nominator.observe(other)
+    cycle.nominator.observe(pod)
+    group = group_key(pod)
+    members = [other for other in waiting if group is not None and group_key(other) == group]
+    cycle.pending_members = lambda _: members
     queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
     queued = queue.pop()
     assert queued is not None
@@ -242,15 +275,33 @@ def explain(
     document: dict[str, Any] = {
         "pod": pod.key,
         "node": result.node if result is not None else None,
-        "message": result.message if result is not None else decision.message,
+        # the cycle's FailedScheduling text, with the PostFilter (preemption) suffix
+        "message": decision.message
+        if decision.message is not None or result is None
+        else result.message,
     }
     if result is not None and result.allocation is not None:
         document["gpus"] = list(result.allocation.gpus)
         document["busbw"] = result.allocation.busbw
+    document["preemption"] = _preemption_part(report.plan)
     document["nodes"] = report.nodes
     if notes:
         document["notes"] = notes
     return document
+
+
+def _preemption_part(plan: Plan | None) -> dict[str, Any] | None:
+    """The preemption plan (a dry run: nothing is evicted), or None."""
+    if plan is None:
+        return None
+    part: dict[str, Any] = {
+        "node": plan.node,
+        "victims": [victim.pod.key for victim in plan.victims],
+        "gpus": list(plan.gpus),
+    }
+    if plan.members:  # a gang preemptor: where each member goes
+        part["members"] = {member.key: node for member, node, _ in plan.members}
+    return part
 
 
 def _explain_group(
@@ -308,6 +359,7 @@ def _explain_group(
     if mine.assumed is not None and mine.assumed.gpus:
         document["gpus"] = list(mine.assumed.gpus)
     document["nodes"] = report.nodes if result is not None else {}
+    document["preemption"] = _preemption_part(report.plan)
     document["group"] = _group_part(outcome, ref.key)
     return document
 
@@ -385,6 +437,16 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
     else:
         console.print(f"pod {document['pod']} is unschedulable: {document['message']}")
     console.print(table)
+    plan = document.get("preemption")
+    if plan is not None:
+        victims = plan["victims"]
+        gpus = f" (GPUs {','.join(map(str, plan['gpus']))})" if plan.get("gpus") else ""
+        console.print(
+            f"preemption: would run on {plan['node']}{gpus} after evicting "
+            f"{len(victims)} pod(s): {', '.join(victims)} (dry run: nothing evicted)"
+        )
+        for member, node in (plan.get("members") or {}).items():
+            console.print(f"preemption: pod group member {member} -> {node}")
     for note in document.get("notes", []):
         console.print(f"note: {note}")
     group = document.get("group")
@@ -430,16 +492,21 @@ def run_explain(args: argparse.Namespace) -> int:
                 f"(profiles: {', '.join(p.scheduler_name for p in config.profiles)})"
             )
         framework = frameworks[profile.scheduler_name]
-        pending: list[PodInfo] = []
-        groups: list[GroupSpec] = []
-        cache = load_snapshot(
-            args.snapshot, Cache(gpu_resource(config)), pending=pending, groups=groups
-        )
+        cluster = load_cluster(args.snapshot, Cache(gpu_resource(config)))
+        try:
+            pod = resolve_priority(pod, cluster.classes)
+        except ModelError as exc:
+            raise ExplainError(f"{args.pod}: {exc}") from None
     except ExplainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     document = explain(
-        cache, pod, framework, pending=pending, groups=groups, levels=topology_levels(config)
+        cluster.cache,
+        pod,
+        framework,
+        pending=cluster.pending,
+        groups=cluster.groups,
+        levels=topology_levels(config),
     )
     if args.output == "json":
         print(json.dumps(document, indent=2))

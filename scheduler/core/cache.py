@@ -8,9 +8,13 @@ Failed pods hold nothing. Which GPUs each pod holds is decided by the snapshot's
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from scheduler.core.disruption import DisruptionBudget
 from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.nominator import Nomination
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import GPU_RESOURCE, GpuState
 
@@ -32,6 +36,7 @@ class Cache:
     def __init__(self, gpu_resource: str = GPU_RESOURCE) -> None:
         self.snapshot = Snapshot(GpuState(gpu_resource))
         self._pods: dict[str, _Entry] = {}
+        self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by ns/name
 
     @property
     def gpus(self) -> GpuState:
@@ -158,3 +163,36 @@ class Cache:
         guessed = self.gpus.resolve(slot, ((e.pod, e.chosen) for e in entries))
         for entry in entries:
             entry.guessed = entry.pod.key in guessed
+
+    # ------------------------------------------------------------------ preemption
+
+    def set_budget(self, budget: DisruptionBudget) -> None:
+        self.budgets[budget.key] = budget
+
+    def remove_budget(self, key: str) -> None:
+        self.budgets.pop(key, None)
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        slot = self.snapshot.index.get(node)
+        return list(self.snapshot.pods[slot].values()) if slot is not None else []
+
+    @contextmanager
+    def nominated(self, nominations: Iterable[Nomination]) -> Iterator[None]:
+        """Count nominated pods on their nodes (with their GPU sets) for the duration of a
+        decision, as kube's scheduler does for pods of lower or equal priority; the snapshot
+        is as before afterwards. Pods already cached (assumed, bound) are not added twice."""
+        added: list[tuple[int, PodInfo]] = []
+        try:
+            for nomination in nominations:
+                slot = self.snapshot.index.get(nomination.node)
+                pod = nomination.pod
+                if slot is None or not self.snapshot.live[slot] or pod.key in self._pods:
+                    continue
+                self.snapshot.add_pod(slot, pod)
+                added.append((slot, pod))
+                if nomination.gpus:
+                    self.gpus.set_pod(slot, pod.key, nomination.gpus)
+            yield
+        finally:
+            for slot, pod in reversed(added):
+                self.snapshot.remove_pod(slot, pod)

@@ -17,8 +17,9 @@ never bound twice (one binding cycle per assumed pod).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +35,18 @@ from scheduler.core.framework import (
     ScheduleResult,
 )
 from scheduler.core.model import PodInfo
+from scheduler.core.nominator import Nominator
+from scheduler.core.preemption import (
+    CONTEXT_KEY,
+    OUTCOME_KEY,
+    PLUGIN_NAME,
+    GroupLookup,
+    Outcome,
+    Plan,
+    PreemptionContext,
+    group_key,
+    snapshot_group,
+)
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
 
 if TYPE_CHECKING:
@@ -129,6 +142,14 @@ class CycleHooks:
         """The binding did not happen; `requeued` tells whether the pod went back to the
         queue (False: it is gone, bound by someone else, or no longer in the queue)."""
 
+    def preempt(self, plan: Plan) -> None:
+        """Preemption chose `plan.node` for `plan.preemptor`: evict `plan.victims` (kube marks
+        each with the DisruptionTarget condition, deletes it with its grace period and posts
+        a `Preempted` event). Victims waiting on Permit were already rejected."""
+
+    def nominated(self, pod: PodInfo, node: str | None) -> None:
+        """The pod's nominated node changed (`status.nominatedNodeName`; None: cleared)."""
+
 
 class Scheduler:
     """The cycle over a cache and a queue, with a profile per schedulerName and a binder."""
@@ -151,6 +172,10 @@ class Scheduler:
         self.waiting: dict[str, Assumed] = {}  # pods waiting on Permit, by key
         # pod groups are placed whole by the group cycle (scheduler.core.group) when set
         self.groups: GroupCycle | None = None
+        self.nominator = Nominator()  # pods that preempted, counted on their node
+        self.group_of: GroupLookup = snapshot_group  # pod groups, for whole-group victims
+        # the pending members of a pod's group (a gang preemptor must place them all)
+        self.pending_members: Callable[[PodInfo], Sequence[PodInfo]] = self._queued_members
 
     # ------------------------------------------------------------------ queueing
 
@@ -164,8 +189,13 @@ class Scheduler:
         if gate is not None:
             self.queue.delete(pod.key)
             return gate
+        self.nominator.observe(pod)
         self.queue.add(pod.key, pod.priority, pod.creation_timestamp, pod)
         return None
+
+    def forget_nomination(self, key: str) -> None:
+        """The pod is gone or bound: it no longer holds room anywhere."""
+        self.nominator.remove(key)
 
     # ------------------------------------------------------------------ the scheduling cycle
 
@@ -185,22 +215,39 @@ class Scheduler:
             return Decision(pod, "skipped", message=f"no profile {pod.scheduler_name!r}")
         start = self.timer()
         state = CycleState()
-        try:
-            result = fw.schedule(pod, self.cache.snapshot, state)
-        except Exception as exc:  # a plugin bug must not stop the loop
-            return self._error(pod, fw, exc, start)
-        elapsed = self.timer() - start
-        self.hooks.decided(pod, result, state)
+        # pods nominated elsewhere with priority >= this one's hold their room (kube's nominator)
+        with self.cache.nominated(self.nominator.counted_for(pod)):
+            try:
+                result = self._prefer_nominated(
+                    fw, state, pod, fw.schedule(pod, self.cache.snapshot, state)
+                )
+            except Exception as exc:  # a plugin bug must not stop the loop
+                return self._error(pod, fw, exc, start)
+            elapsed = self.timer() - start
+            self.hooks.decided(pod, result, state)
+            if result.node is None:
+                message = result.message or NO_NODES_MESSAGE
+                if fw.post_filters:
+                    state.write(
+                        CONTEXT_KEY,
+                        PreemptionContext(
+                            fw,
+                            self.nominator,
+                            tuple(self.cache.budgets.values()),
+                            self.group_of,
+                            self.pending_members,
+                        ),
+                    )
+                    try:
+                        post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
+                    except Exception as exc:
+                        return self._error(pod, fw, exc, start)
+                    if post is not None and post.message:
+                        message = f"{message} {post.message}"
         if result.node is None:
-            message = result.message or NO_NODES_MESSAGE
-            if fw.post_filters:
-                try:
-                    post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
-                except Exception as exc:
-                    return self._error(pod, fw, exc, start)
-                if post is not None and post.message:
-                    message = f"{message} {post.message}"
+            self._act_on_preemption(pod, state.get(OUTCOME_KEY))
             return self._unschedulable(pod, fw, message, elapsed, result)
+        self.forget_nomination(key)
         node = result.node
         gpus = result.gpus
         state.write(ALLOCATION_KEY, result.allocation)
@@ -244,6 +291,79 @@ class Scheduler:
             self.waiting[key] = assumed
         self.hooks.assumed(pod, result, assumed.attempts, elapsed)
         return Decision(pod, "assumed", result, assumed=assumed, elapsed=elapsed)
+
+    def _prefer_nominated(
+        self, fw: Framework, state: CycleState, pod: PodInfo, result: ScheduleResult
+    ) -> ScheduleResult:
+        """kube evaluates a pod's nominated node first and takes it when it fits."""
+        nomination = self.nominator.get(pod.key)
+        if nomination is None or result.node is None or result.node == nomination.node:
+            return result
+        slot = self.cache.snapshot.index.get(nomination.node)
+        if slot is None or not result.feasible[slot]:
+            return result
+        allocation = fw.allocate(state, pod, self.cache.snapshot, slot)
+        return dataclasses.replace(result, node=nomination.node, slot=slot, allocation=allocation)
+
+    def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None:
+        """A pod group that does not fit: when its leading member fits nowhere, PostFilter
+        (DefaultPreemption) runs for it with the other pending members placed together, so
+        victims are evicted only if the whole gang then fits. The FailedScheduling suffix."""
+        fw = self.frameworks.get(leader.scheduler_name)
+        if fw is None or not fw.post_filters:
+            return None
+        state = CycleState()
+        result = fw.schedule(leader, self.cache.snapshot, state)
+        if result.node is not None:  # it fits alone: eviction is no help to the group
+            return None
+        state.write(
+            CONTEXT_KEY,
+            PreemptionContext(
+                fw,
+                self.nominator,
+                tuple(self.cache.budgets.values()),
+                self.group_of,
+                lambda _: members,
+            ),
+        )
+        post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
+        self._act_on_preemption(leader, state.get(OUTCOME_KEY))
+        return post.message if post is not None else None
+
+    def _act_on_preemption(self, pod: PodInfo, outcome: Outcome | None) -> None:
+        """Carry out what DefaultPreemption decided: victims waiting on Permit are rejected,
+        the front end evicts the others; lower-priority nominations on the node are cleared
+        and the pod is nominated there (kube's prepareCandidate, then the nomination)."""
+        if outcome is None:
+            return
+        plan = outcome.plan
+        if plan is None:
+            if outcome.clear_nomination and self.nominator.remove(pod.key) is not None:
+                self.hooks.nominated(pod, None)
+            return
+        waiting = {
+            v.pod.key for v in plan.victims if self.reject(v.pod.key, PLUGIN_NAME, "preempted")
+        }
+        self.hooks.preempt(
+            dataclasses.replace(
+                plan, victims=tuple(v for v in plan.victims if v.pod.key not in waiting)
+            )
+        )
+        for other in plan.cleared:
+            self.nominator.remove(other.key)
+            self.hooks.nominated(other, None)
+        for member, node, gpus in plan.members or ((pod, plan.node, plan.gpus),):
+            self.nominator.add(member, node, gpus)
+            self.hooks.nominated(member, node)
+
+    def _queued_members(self, pod: PodInfo) -> list[PodInfo]:
+        """The other members of the pod's group waiting in the queue."""
+        key = group_key(pod)
+        if key is None:
+            return []
+        return [
+            qp.pod for qp in self.queue.tracked() if qp.key != pod.key and group_key(qp.pod) == key
+        ]
 
     def _error(self, pod: PodInfo, fw: Framework, error: Exception, start: float) -> Decision:
         elapsed = self.timer() - start

@@ -65,12 +65,16 @@ __all__ = [
     "default_normalize_reference",
     "fit_error_message",
     "pick_node",
+    "slots_named",
 ]
 
 MAX_NODE_SCORE = 100
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 ALLOCATION_KEY = "topo-scheduler/allocation"
 """CycleState key of the devices allocated on the chosen node (an `Allocation` or None)."""
+FILTER_PLUGINS_KEY = "topo-scheduler/filter-plugins"
+"""CycleState key of the plugin behind each entry of the decision's filter trace, in order
+(PostFilter plugins read it: kube's per-node status carries the plugin)."""
 
 DOMAIN_KEY = "topo-scheduler/domain"
 """CycleState key of the network domain a pod group member must go to: (the filter reason
@@ -441,6 +445,16 @@ class ScheduleResult:
         return []
 
 
+def slots_named(snapshot: Snapshot, names: frozenset[str]) -> BoolArray:
+    """The slots of the named nodes (a PreFilter plugin's node-name restriction)."""
+    allowed = np.zeros(snapshot.capacity, np.bool_)
+    for name in names:
+        slot = snapshot.index.get(name)
+        if slot is not None:
+            allowed[slot] = True
+    return allowed
+
+
 def pick_node(snapshot: Snapshot, feasible: BoolArray, totals: IntArray) -> int | None:
     """The feasible slot with the highest total; ties go to the first node name in order."""
     if not feasible.any():
@@ -573,21 +587,34 @@ class Framework:
                 prefilter_message=prefilter_message,
             )
         alive = live.copy()
+        rejecting: list[str] = []  # the plugin behind each trace entry
+        state.write(FILTER_PLUGINS_KEY, rejecting)
         for plugin_name, names in restrictions:
-            allowed = np.zeros_like(alive)
-            for name in names:
-                slot = snapshot.index.get(name)
-                if slot is not None:
-                    allowed[slot] = True
+            allowed = slots_named(snapshot, names)
             absent = alive & ~allowed
             trace.append((absent, [(_absent_reason(plugin_name), absent)]))
+            rejecting.append(plugin_name)
             alive &= allowed
         domain = state.get(DOMAIN_KEY)
         if domain is not None:  # a pod group's network domain (scheduler.core.group)
             reason, inside = domain
             outside = alive & ~inside
             trace.append((outside, [(reason, outside)]))
+            rejecting.append("PodGroup")
             alive &= inside
+        alive, rejections = self.run_filters(state, pod, snapshot, alive)
+        for plugin_name, rejected, masks in rejections:
+            trace.append((rejected, masks))
+            rejecting.append(plugin_name)
+        return self._score(state, pod, snapshot, live, alive, trace, total_nodes)
+
+    def run_filters(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> tuple[BoolArray, list[tuple[str, BoolArray, ReasonMasks]]]:
+        """Filter plugins in order over the candidate slots: the slots that pass, and per
+        rejecting plugin its name, the slots it rejected first and its reasons."""
+        alive = candidates.copy()
+        rejections: list[tuple[str, BoolArray, ReasonMasks]] = []
         for plugin in self.filters:
             if not alive.any():
                 break
@@ -601,9 +628,9 @@ class Framework:
                 failed |= mask
             rejected = alive & failed
             if rejected.any():
-                trace.append((rejected, masks))
+                rejections.append((plugin.name, rejected, masks))
                 alive &= ~failed
-        return self._score(state, pod, snapshot, live, alive, trace, total_nodes)
+        return alive, rejections
 
     def _score(
         self,

@@ -412,6 +412,10 @@ class GroupCycle:
                     sched._undo(d.assumed)
         self._forget(sched, attempt)
         message = problem or self._message(spec, attempt, len(pending), need)
+        if problem is None and short is None:  # evict lower-priority pods only for all of it
+            suffix = sched.preempt_for_group(pending[0].pod, [q.pod for q in pending[1:]])
+            if suffix:
+                message = f"{message} {suffix}"
         timed_out = spec.timeout is not None and now - first > spec.timeout
         if timed_out:
             message += f"; unscheduled longer than its scheduleTimeoutSeconds ({spec.timeout:g}s)"

@@ -128,6 +128,28 @@ def _object(kind: str, name: str) -> Fields:
     return Fields(ModelError, f"{kind} {name}: " if name else f"{kind}: ")
 
 
+def object_identity(
+    obj: Any, kind: str, *, namespaced: bool
+) -> tuple[Fields, Mapping[str, Any], str, str]:
+    """An API object's decoder (errors read ``<kind> <ns>/<name>: <field>: ...``), its
+    metadata, name (required) and namespace ("default" when unset; "" if cluster-scoped)."""
+    if not isinstance(obj, Mapping):
+        raise ModelError(f"{kind}: must be a mapping, got {type(obj).__name__}")
+    meta = obj.get("metadata")
+    raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+    raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    namespace = (raw_ns if isinstance(raw_ns, str) and raw_ns else "default") if namespaced else ""
+    shown = ""
+    if isinstance(raw_name, str):
+        shown = f"{namespace}/{raw_name}" if namespaced else raw_name
+    where = _object(kind, shown)
+    meta = where.mapping(meta, "metadata")
+    name = where.string(meta.get("name"), "metadata.name", "")
+    if not name:
+        raise where.fail("metadata.name", "is required")
+    return where, meta, name, namespace
+
+
 def _quantities(value: Any, where: Fields, path: str) -> Amounts:
     result: Amounts = {}
     for name, quantity in where.mapping(value, path).items():
@@ -399,6 +421,13 @@ class PodInfo:
     pod_group: GroupRef | None = None  # the pod group it belongs to (scheduler.core.group)
     volumes: tuple[PodVolume, ...] = ()
     resource_claims: tuple[PodResourceClaim, ...] = ()
+    # priority and preemption (`_preemption_fields`)
+    priority_class_name: str = ""
+    priority_set: bool = False  # spec.priority was given (the API server always sets it)
+    preemption_policy: str = "PreemptLowerPriority"
+    nominated_node_name: str | None = None
+    start_time: float | None = None  # status.startTime
+    preempted: bool = False  # DisruptionTarget condition, reason PreemptionByScheduler
 
     @property
     def key(self) -> str:
@@ -452,6 +481,7 @@ class PodInfo:
             container_count=resources.container_count,
             pod_group=_pod_group(meta, spec, where, namespace),
             **_storage_fields(obj),
+            **_preemption_fields(spec, status, where),
         )
 
 
@@ -597,6 +627,45 @@ def _scheduling_gates(spec: Mapping[str, Any], where: Fields) -> tuple[str, ...]
         )
         for i, g in enumerate(gates)
     )
+
+
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def _preemption_fields(
+    spec: Mapping[str, Any], status: Mapping[str, Any], where: Fields
+) -> dict[str, Any]:
+    """What priority and preemption read of a pod: its PriorityClass, policy, nomination,
+    start time and whether the scheduler is preempting it (kube's DisruptionTarget
+    condition with reason PreemptionByScheduler)."""
+    policy = where.string(spec.get("preemptionPolicy"), "spec.preemptionPolicy", "")
+    if policy and policy not in PREEMPTION_POLICIES:
+        raise where.fail(
+            "spec.preemptionPolicy",
+            f'Unsupported value: "{policy}": supported values: "Never", "PreemptLowerPriority"',
+        )
+    preempted = False
+    for i, raw in enumerate(where.list(status.get("conditions"), "status.conditions")):
+        cond = where.mapping(raw, f"status.conditions[{i}]")
+        if (
+            cond.get("type") == "DisruptionTarget"
+            and cond.get("status") == "True"
+            and cond.get("reason") == "PreemptionByScheduler"
+        ):
+            preempted = True
+    return {
+        "priority_class_name": where.string(
+            spec.get("priorityClassName"), "spec.priorityClassName", ""
+        ),
+        "priority_set": spec.get("priority") is not None,
+        "preemption_policy": policy or "PreemptLowerPriority",
+        "nominated_node_name": where.string(
+            status.get("nominatedNodeName"), "status.nominatedNodeName", ""
+        )
+        or None,
+        "start_time": _timestamp(status.get("startTime"), where, "status.startTime"),
+        "preempted": preempted,
+    }
 
 
 # ---------------------------------------------------------------------------- nodes

@@ -5,7 +5,8 @@ the caller deletes it (pod deleted, bound by anyone); a popped pod stays tracked
 until its cycle ends, so no pod is ever silently dropped.
 
 - active: a heap in the QueueSort plugin's order (PrioritySort: priority descending, then
-  creation time), then arrival.
+  the time the pod was last added to the queue, as kube's QueuedPodInfo.Timestamp), then
+  arrival.
 - backoff: pods that failed, waiting `initial * 2**(attempts-1)` capped at `max` seconds.
 - unschedulable: pods no node fits; moved back by a relevant cluster event or after
   `max_unschedulable` seconds (kube's podMaxInUnschedulablePodsDuration, 5 min).
@@ -56,6 +57,7 @@ class QueuedPod(Generic[T]):
     since: float = 0.0  # when it entered its current sub-queue
     backoff_until: float = 0.0
     cycle: int = 0  # move-request counter at the time it was popped
+    enqueued: float = 0.0  # when it was last added to the queue (kube's QueuedPodInfo.Timestamp)
 
 
 def eligible(obj: Mapping[str, Any], scheduler_names: set[str] | frozenset[str]) -> bool:
@@ -88,7 +90,7 @@ class SchedulingQueue(Generic[T]):
         sort_key: Callable[[int, float], tuple[float, ...]] | None = None,
     ) -> None:
         self._clock = clock
-        # the QueueSort plugin's order (PrioritySort: priority descending, then creation)
+        # the QueueSort plugin's order (PrioritySort: priority descending, then enqueue time)
         self.sort_key = sort_key or _priority_sort
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
@@ -119,6 +121,10 @@ class SchedulingQueue(Generic[T]):
     def get(self, key: str) -> QueuedPod[T] | None:
         return self._pods.get(key)
 
+    def tracked(self) -> list[QueuedPod[T]]:
+        """Every pod the queue tracks, wherever it is (e.g. a pod group's pending members)."""
+        return list(self._pods.values())
+
     def pending(self) -> dict[str, int]:
         """Pods per sub-queue (kube's scheduler_pending_pods{queue})."""
         active, backoff = len(self._active_seq), len(self._backoff_seq)
@@ -142,7 +148,7 @@ class SchedulingQueue(Generic[T]):
         """A pending pod was seen: queue it, or refresh it if already tracked."""
         qp = self._pods.get(key)
         if qp is None:
-            qp = QueuedPod(key, priority, created, pod)
+            qp = QueuedPod(key, priority, created, pod, enqueued=self._clock())
             self._pods[key] = qp
             self._to_active(qp)
             return
@@ -196,6 +202,7 @@ class SchedulingQueue(Generic[T]):
         qp = self._pods.get(key)
         if qp is None or self._where[key] is not Where.IN_FLIGHT:
             return False
+        qp.enqueued = self._clock()  # re-added: kube refreshes the timestamp
         if qp.cycle < self._moves:
             # the cluster changed while this pod was being scheduled: retry after backoff
             self._to_backoff(qp)
@@ -211,6 +218,7 @@ class SchedulingQueue(Generic[T]):
         qp = self._pods.get(key)
         if qp is None or self._where[key] is not Where.IN_FLIGHT:
             return False
+        qp.enqueued = self._clock()
         self._to_backoff(qp)
         return True
 
@@ -288,7 +296,7 @@ class SchedulingQueue(Generic[T]):
         self._active_seq[qp.key] = seq
         self._where[qp.key] = Where.ACTIVE
         qp.since = self._clock()
-        heapq.heappush(self._active, (self.sort_key(qp.priority, qp.created), seq, qp.key))
+        heapq.heappush(self._active, (self.sort_key(qp.priority, qp.enqueued), seq, qp.key))
 
     def _to_backoff(self, qp: QueuedPod[T]) -> None:
         self._unschedulable.pop(qp.key, None)

@@ -97,6 +97,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
         self.gpu_set_quality = Histogram(
             "topo_scheduler_gpu_set_score",
             "Topology score of the GPU set chosen for each placed pod (higher is better).",

@@ -32,6 +32,7 @@ from plugins import gpu_resource
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration
 from scheduler.core.cycle import Assumed, CycleHooks, Scheduler, queue_order
+from scheduler.core.disruption import DisruptionBudget
 from scheduler.core.framework import (
     BindOutcome,
     BindResult,
@@ -39,6 +40,7 @@ from scheduler.core.framework import (
     ScheduleResult,
 )
 from scheduler.core.model import GROUP_ANNOTATIONS, ModelError, NodeInfo, PodInfo
+from scheduler.core.preemption import Plan
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import (
@@ -160,6 +162,15 @@ class KubeScheduler(CycleHooks):
         # claims, volumes, CSI objects, ResourceClaims; the writer of VolumeBinding's PreBind
         self.storage_watches = StorageWatches(self)
         self.cache.snapshot.storage.writer = self.storage_watches
+        # PodDisruptionBudgets (policy/v1), read by preemption to prefer fewer violations
+        self.budgets = Reflector(
+            client,
+            "/apis/policy/v1/poddisruptionbudgets",
+            _GuardedHandler("PodDisruptionBudget", self._budgets_upsert, self._budgets_delete),
+            name="poddisruptionbudgets",
+            watch_timeout=self.options.watch_timeout,
+            backoff=self.options.reflector_backoff,
+        )
         self.foreign: set[str] = set()  # unbound pods of other schedulers
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
@@ -190,6 +201,7 @@ class KubeScheduler(CycleHooks):
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
         self._tasks.append(asyncio.create_task(self.storage_watches.run(), name="storage"))
+        self._tasks.append(asyncio.create_task(self.budgets.run(), name="pdb-informer"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
@@ -535,6 +547,7 @@ class KubeScheduler(CycleHooks):
             )
             self.cache.add_pod(pod)
             self.queue.delete(key)
+            self.cycle.forget_nomination(key)
             self.foreign.discard(key)
             if key not in self.binding:  # else our binding records the SLI when it returns
                 self.queued_at.pop(key, None)
@@ -547,6 +560,7 @@ class KubeScheduler(CycleHooks):
             cached = self.cache.get(key)
             if key in self.queue:
                 changed = old is None or _pod_spec_changed(old, obj)
+                self.cycle.nominator.observe(pod)
                 self.queue.update(key, pod.priority, pod, changed)
             elif cached is not None and cached.uid == pod.uid:
                 return  # placed by us; the watch has not shown the binding yet
@@ -571,6 +585,7 @@ class KubeScheduler(CycleHooks):
             self.groups.cycle.forget(info)
         self.cache.remove_pod(key)
         self.queue.delete(key)
+        self.cycle.forget_nomination(key)
         self.foreign.discard(key)
         self.conditions.pop(key, None)
         self.queued_at.pop(key, None)
@@ -607,6 +622,83 @@ class KubeScheduler(CycleHooks):
         name = str((obj.get("metadata") or {}).get("name"))
         self.cache.remove_node(name)
         log.info("node removed", node=name)
+
+    def _budgets_upsert(self, obj: Obj, old: Obj | None) -> None:
+        try:
+            self.cache.set_budget(DisruptionBudget.from_object(obj))
+        except ModelError as exc:
+            log.error("PodDisruptionBudget not understood", error=str(exc))
+
+    def _budgets_delete(self, obj: Obj) -> None:
+        md = obj.get("metadata") or {}
+        self.cache.remove_budget(f"{md.get('namespace') or 'default'}/{md.get('name')}")
+
+    # -- preemption (CycleHooks) ----------------------------------------------------------
+
+    def preempt(self, plan: Plan) -> None:
+        """kube's prepareCandidate: each victim gets the DisruptionTarget condition, is
+        deleted with its grace period, and a `Preempted` event names the preemptor."""
+        log.info(
+            "preempting",
+            pod=plan.preemptor.key,
+            node=plan.node,
+            victims=[v.pod.key for v in plan.victims],
+            pdb_violations=plan.pdb_violations,
+        )
+        self.metrics.preemption_victims.observe(len(plan.victims))
+        self._spawn(self._evict(plan))
+
+    def nominated(self, pod: PodInfo, node: str | None) -> None:
+        """`status.nominatedNodeName` set (or cleared, None) as kube patches it."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        self._spawn(self._patch_quietly(pod, path, {"status": {"nominatedNodeName": node}}))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.append(task)
+        task.add_done_callback(self._forget_task)
+
+    async def _patch_quietly(self, pod: PodInfo, path: str, body: Obj) -> bool:
+        try:
+            await self.client.patch(path, body, STRATEGIC_PATCH)
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("pod status not updated", pod=pod.key, error=str(exc))
+            return False
+        return True
+
+    async def _evict(self, plan: Plan) -> None:
+        preemptor = plan.preemptor
+        for victim in plan.victims:
+            pod = victim.pod
+            if pod.deletion_timestamp is not None:
+                continue  # graceful deletion already started: no second call (kube's)
+            base = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+            condition = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": f"{preemptor.scheduler_name}: preempting to accommodate a higher "
+                "priority pod",
+                "lastTransitionTime": micro_time().split(".")[0] + "Z",
+            }
+            if not await self._patch_quietly(
+                pod, f"{base}/status", {"status": {"conditions": [condition]}}
+            ):
+                continue
+            try:
+                await self.client.delete(base)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("victim not deleted", pod=pod.key, error=str(exc))
+                continue
+            self.recorder.record(
+                ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
+                "Normal",
+                "Preempted",
+                "Preempting",
+                f"Preempted by pod {preemptor.uid or preemptor.key} on node {victim.node}",
+            )
 
     # -- gauges ---------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ def simulate(
     check: bool = False,
     progress: Callable[[str], Callable[[int], None]] | None = None,
     trace: TraceReplay | None = None,
+    preemption: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Simulation]]:
     """Run each policy on the scenario; returns the JSON document and the simulations."""
     started = time.perf_counter()
@@ -73,7 +74,7 @@ def simulate(
         advance = progress(policy) if progress is not None else None
         sims[policy] = Simulation(
             scenario, policy, config if policy in (TOPO, TOPO_NVIDIA_DP) else None, check=check,
-            progress=advance,
+            progress=advance, preemption=preemption,
         ).run()  # fmt: skip
     summaries = {name: summarize(sim) for name, sim in sims.items()}
     runtime = time.perf_counter() - started
@@ -144,7 +145,14 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     policies = expand_policies(args.policy)
     with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
-        doc, sims = simulate(scenario, policies, config, progress=progress, trace=trace)
+        doc, sims = simulate(
+            scenario,
+            policies,
+            config,
+            progress=progress,
+            trace=trace,
+            preemption=not args.no_preemption,
+        )
     if args.output == "json":
         print(json.dumps(doc, indent=2))
     else:

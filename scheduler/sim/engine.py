@@ -14,6 +14,12 @@ and the node agent publishes the kubelet's assignments on the Node
 (`topo-scheduler.io/gpu-assignments`). A job runs for its trace duration stretched by the
 bandwidth its GPU set lost (`quality.stretched_duration`). Completions delete the pod (the
 cache forgets it) and, like a cluster event, move unschedulable pods back to the active queue.
+
+Preemption (on unless `preemption=False`): the cycle's DefaultPreemption chooses victims; the
+simulated API server deletes them at once (no grace period) and each victim's job is
+resubmitted as a new pod that restarts from the beginning, or from its last checkpoint when the
+scenario sets `checkpointInterval`. The GPU time run since the last checkpoint is lost, and
+counted per priority.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from scheduler.core.framework import (
 )
 from scheduler.core.group import GroupCycle
 from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.preemption import PLUGIN_NAME as PREEMPTION_PLUGIN
+from scheduler.core.preemption import Plan
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
 from scheduler.core.topology.device_plugin import device_plugin_set
 from scheduler.core.topology.schema import (
@@ -120,6 +128,9 @@ class JobRecord:
     topology: Topology | None = None
     run_seconds: float | None = None  # the duration stretched by the set's bandwidth
     completed_at: float | None = None
+    preemptions: int = 0  # times it was preempted
+    lost_gpu_seconds: float = 0.0  # GPU time run since its last checkpoint, when preempted
+    remaining: float | None = None  # run time left after a preemption (None: the duration)
 
     @property
     def wait(self) -> float | None:
@@ -184,6 +195,7 @@ class Simulation:
         check: bool = False,
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
+        preemption: bool = True,
     ) -> None:
         from plugins import frameworks_for, gpu_resource, topology_levels
 
@@ -200,6 +212,10 @@ class Simulation:
         else:
             self.config = count_only_config()
         self.frameworks: dict[str, Framework] = frameworks_for(self.config)
+        self.preemption = preemption
+        if not preemption:  # `--no-preemption`: the same profile without its PostFilter
+            for fw in self.frameworks.values():
+                fw.post_filters = [p for p in fw.post_filters if p.name != PREEMPTION_PLUGIN]
         self.scheduler_name = self.config.profiles[0].scheduler_name
         self.check = check
         self.on_decision = on_decision
@@ -236,6 +252,9 @@ class Simulation:
         self._pending_sizes: Counter[int] = Counter()
         self._heap: list[tuple[float, int, int, str]] = []
         self._seq = 0
+        self._completion: dict[str, int] = {}  # pod key -> its live completion event
+        self.preempted: Counter[int] = Counter()  # preemptions by the victim's priority
+        self.lost_gpu_seconds: dict[int, float] = {}  # by the victim's priority
 
     # ------------------------------------------------------------------ setup
 
@@ -255,9 +274,10 @@ class Simulation:
         for key, record in self.records.items():
             self._push(record.job.arrival, ARRIVAL, key)
 
-    def _push(self, at: float, kind: int, key: str) -> None:
+    def _push(self, at: float, kind: int, key: str) -> int:
         self._seq += 1
         heapq.heappush(self._heap, (at, kind, self._seq, key))
+        return self._seq
 
     # ------------------------------------------------------------------ the loop
 
@@ -286,10 +306,10 @@ class Simulation:
                 break
             self.now = max(self.now, min(times))
             while self._heap and self._heap[0][0] <= self.now:
-                _, kind, _, key = heapq.heappop(self._heap)
+                _, kind, seq, key = heapq.heappop(self._heap)
                 if kind == ARRIVAL:
                     self._arrive(key)
-                else:
+                elif self._completion.get(key) == seq:  # else the run was preempted
                     self._complete(key)
                 self.events += 1
                 if self.progress is not None:
@@ -330,6 +350,38 @@ class Simulation:
         record = self.records[key]
         record.state = "completed"
         record.completed_at = self.now
+        self._release(key)
+
+    def _preempt(self, key: str) -> None:
+        """A victim is deleted: its run so far is lost back to its last checkpoint, and its
+        job comes back as a new pending pod."""
+        record = self.records[key]
+        if record.state != "running" or record.bound_at is None:
+            return
+        job = record.job
+        ran = self.now - record.bound_at
+        interval = self.scenario.checkpoint_interval
+        kept = (ran // interval) * interval if interval > 0 else 0.0
+        lost = (ran - kept) * job.gpus
+        record.remaining = (
+            record.remaining if record.remaining is not None else job.duration
+        ) - kept
+        record.preemptions += 1
+        record.lost_gpu_seconds += lost
+        self.preempted[job.priority] += 1
+        self.lost_gpu_seconds[job.priority] = self.lost_gpu_seconds.get(job.priority, 0.0) + lost
+        self._release(key)
+        obj = job.pod_object(self.scheduler_name)
+        obj["metadata"]["uid"] = f"{obj['metadata']['uid']}-{record.preemptions}"
+        self.pod_objects[key] = obj
+        record.state = "pending"
+        self._pending_sizes[job.gpus] += 1
+        self.cycle.enqueue(PodInfo.from_object(obj))
+
+    def _release(self, key: str) -> None:
+        """The pod is gone from its node: kubelet, agent and cache forget it."""
+        record = self.records[key]
+        self._completion.pop(key, None)
         self.pod_objects.pop(key)
         pod = self._bound.pop(key)
         node = record.node
@@ -385,11 +437,12 @@ class Simulation:
         run = self._run_time([self.records[k] for k in started])
         for k in started:
             self.records[k].run_seconds = run
-            self._push(self.now + run, COMPLETION, k)
+            self._completion[k] = self._push(self.now + run, COMPLETION, k)
 
     def _run_time(self, workers: list[JobRecord]) -> float:
-        """How long a job runs on the GPU sets it got: its duration stretched by the slowest
-        worker's ring, and by the inter-node link when its workers span nodes."""
+        """How long a job runs on the GPU sets it got: what is left of it (all of it, or what
+        a preemption left after its last checkpoint) stretched by the slowest worker's ring,
+        and by the inter-node link when its workers span nodes."""
         nodes = {r.node for r in workers}
         inter = min(self._inter_node[n] for n in nodes if n) if len(nodes) > 1 else None
         run = 0.0
@@ -399,7 +452,8 @@ class Simulation:
                 best = self.quality.best_busbw_on_node(record.topology, len(record.gpus))
                 busbw = record.quality.busbw_gbps
             job = record.job
-            run = max(run, stretched_duration(job.duration, job.comm_share, best, busbw, inter))
+            left = record.remaining if record.remaining is not None else job.duration
+            run = max(run, stretched_duration(left, job.comm_share, best, busbw, inter))
         return run
 
     def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
@@ -531,3 +585,7 @@ class _Observer(CycleHooks):
 
     def unschedulable(self, pod: PodInfo, profile: str, message: str, elapsed: float) -> None:
         self.sim.records[pod.key].reason = message
+
+    def preempt(self, plan: Plan) -> None:
+        for victim in plan.victims:
+            self.sim._preempt(victim.pod.key)

@@ -201,6 +201,24 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         "makespan_seconds": round(end, 3),
         **({"gangs": gangs} if (gangs := sim.gangs.summary(sim, end)) is not None else {}),
         "pending_reasons": dict(reasons.most_common()),
+        "preemption": _preemption(sim),
+    }
+
+
+def _preemption(sim: Simulation) -> dict[str, Any]:
+    """Preemptions and the GPU-hours they cost, by the victims' priority."""
+    priorities = sorted(set(sim.preempted) | set(sim.lost_gpu_seconds))
+    return {
+        "enabled": sim.preemption,
+        "preemptions": sum(sim.preempted.values()),
+        "lost_gpu_hours": round(sum(sim.lost_gpu_seconds.values()) / 3600, 3),
+        "by_priority": {
+            str(priority): {
+                "preemptions": sim.preempted.get(priority, 0),
+                "lost_gpu_hours": round(sim.lost_gpu_seconds.get(priority, 0.0) / 3600, 3),
+            }
+            for priority in priorities
+        },
     }
 
 
@@ -257,6 +275,13 @@ def _size_field(size: str, *keys: str) -> Callable[[Mapping[str, Any]], Any]:
         for key in keys:
             value = value.get(key) if isinstance(value, Mapping) else None
         return value
+
+    return get
+
+
+def _by_priority(priority: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
+    def get(policy: Mapping[str, Any]) -> Any:
+        return policy["preemption"]["by_priority"].get(priority, {}).get(key, 0)
 
     return get
 
@@ -340,17 +365,39 @@ def render_table(doc: Mapping[str, Any]) -> str:
     row("makespan", lambda p: p["makespan_seconds"], "s")
     if any("gangs" in p for p in policies.values()):  # multi-node jobs (workers: N)
         _gang_rows(row, policies)
+    row(
+        "preemptions",
+        lambda p: p["preemption"]["preemptions"] if p["preemption"]["enabled"] else None,
+    )
+    row("  lost GPU-hours", lambda p: p["preemption"]["lost_gpu_hours"], "h")
+    priorities = sorted(
+        {int(k) for p in policies.values() for k in p["preemption"]["by_priority"]}, reverse=True
+    )
+    for prio in priorities:
+        row(f"  victims of priority {prio}: preemptions", _by_priority(str(prio), "preemptions"))
+        row(
+            f"  victims of priority {prio}: lost GPU-hours",
+            _by_priority(str(prio), "lost_gpu_hours"),
+            "h",
+        )
     out = StringIO()
     console = Console(file=out, width=120, highlight=False)
     console.print(title, soft_wrap=True)
     trace = sc.get("trace")
     if trace:
+        left_out = (
+            f"left out: {trace['outside_window']} outside the window, "
+            f"{trace['incomplete']} with empty arrival_s/duration_s/gpus"
+        )
+        if trace["not_placeable"]:
+            left_out += (
+                f", {trace['not_placeable']} not placeable (no node has a GPU; "
+                f"{trace['not_placeable_gpu_hours']:,.0f} GPU-hours)"
+            )
         console.print(
-            f"trace {trace['file']}: {trace['rows']} rows, {trace['jobs']} jobs replayed "
-            f"(window {trace['window']}); left out: {trace['outside_window']} outside the window, "
-            f"{trace['incomplete']} with empty arrival_s/duration_s/gpus, "
-            f"{trace['not_placeable']} not placeable (more than {trace['largest_node_gpus']} "
-            f"GPUs, the largest node; {trace['not_placeable_gpu_hours']:,.0f} GPU-hours)",
+            f"trace {trace['file']}: {trace['rows']} rows, {trace['jobs']} pods replayed "
+            f"(window {trace['window']}; {trace['gangs']} jobs larger than the largest node, "
+            f"{trace['largest_node_gpus']} GPUs, as pod groups of workers); {left_out}",
             soft_wrap=True,
         )
     console.print(table)

@@ -52,7 +52,7 @@ SCHEDULER_NAME = "topo-scheduler"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
 
-_TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs"}
+_TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs", "checkpointInterval"}
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
 _NODE_FIELDS = {
@@ -166,6 +166,8 @@ class Scenario:
     description: str = ""
     source: str = "<scenario>"
     node_names: list[str] = field(default_factory=list)
+    # seconds between checkpoints: a preempted job resumes from its last one (0: restarts)
+    checkpoint_interval: float = 0.0
 
     def node_objects(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, named `<template>-<i>`."""
@@ -413,7 +415,7 @@ def _job_topology(value: Any, path: str) -> tuple[str, str] | None:
     return str(mode), _string(data[mode], f"{path}.{mode}")
 
 
-def _as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list[Job]:
+def as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list[Job]:
     """A multi-node job as its worker pods (a pod group of `workers`); one worker stays one."""
     if workers <= 1:
         return [job]
@@ -479,7 +481,7 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
         )
         for k in range(count)
     ]
-    return [w for job in jobs for w in _as_workers(job, workers, topology)]
+    return [w for job in jobs for w in as_workers(job, workers, topology)]
 
 
 def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]]:
@@ -568,7 +570,7 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
             comm,
         )
         workers = int(worker_rng.choices(*zip(*worker_weights, strict=True))[0])
-        jobs.extend(_as_workers(job, workers, topology))
+        jobs.extend(as_workers(job, workers, topology))
     return jobs
 
 
@@ -611,7 +613,11 @@ def parse_scenario(
             raise ScenarioError(f"jobs: job name {job.name!r} is used twice")
         names[job.name] = 1
     jobs.sort(key=lambda j: (j.arrival, j.name))
-    return Scenario(name, used_seed, templates, jobs, description, source)
+    scenario = Scenario(name, used_seed, templates, jobs, description, source)
+    scenario.checkpoint_interval = _number(
+        top.get("checkpointInterval"), "checkpointInterval", default=0.0
+    )
+    return scenario
 
 
 def load_scenario(

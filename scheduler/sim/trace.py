@@ -6,9 +6,11 @@ One row per job (docs/simulator.md): `arrival_s` seconds from the trace's start,
 its run time, `gpus` its GPUs in all, `workers` the nodes it ran on, `gpu_model` and `status`
 as the source says. Any cell may be empty. A row with an empty `arrival_s`, `duration_s` or
 `gpus` cannot be replayed and is counted, not run; a job asking more GPUs than the largest node
-has is counted as not placeable (jobs spanning nodes need gang scheduling, not built yet).
-`workers`, `gpu_model` and `status` are read and checked but do not change the replay: every
-job runs as one pod for its duration (stretched by its GPU set's bandwidth, as any job).
+has runs as a pod group of equal workers (the trace's `workers` when it splits the GPUs evenly
+onto existing nodes, else the fewest that do), placed whole by the gang scheduler.
+Otherwise `workers`, `gpu_model` and `status` are read and checked but do not change the
+replay: a job that fits a node runs as one pod for its duration (stretched by its GPU set's
+bandwidth, as any job).
 Errors name the file, the line (the header is line 1) and the column.
 """
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scheduler.sim.scenario import Job, Scenario, ScenarioError
+from scheduler.sim.scenario import Job, Scenario, ScenarioError, as_workers
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -71,6 +73,7 @@ class TraceReplay:
     not_placeable: int = 0
     not_placeable_gpu_hours: float = 0.0
     largest_node_gpus: int = 0
+    gangs: int = 0  # jobs larger than any node, replayed as pod groups of workers
 
     def summary(self) -> dict[str, Any]:
         start, end = self.window
@@ -83,6 +86,7 @@ class TraceReplay:
             "incomplete": self.incomplete,
             "not_placeable": self.not_placeable,
             "not_placeable_gpu_hours": round(self.not_placeable_gpu_hours, 1),
+            "gangs": self.gangs,
             "largest_node_gpus": self.largest_node_gpus,
         }
 
@@ -187,6 +191,24 @@ def _job_name(row: TraceRow, seen: set[str]) -> str:
     return name
 
 
+def _workers(row: TraceRow, largest: int) -> int | None:
+    """Worker pods for a job: one when it fits the largest node; else a gang of equal workers
+    (the trace's `workers` when that splits its GPUs evenly onto nodes that exist, else the
+    fewest that do); None when no node has a GPU."""
+    gpus = row.gpus or 0
+    if gpus <= largest:
+        return 1
+    if largest <= 0:
+        return None
+    fits = row.workers and row.workers > 1 and gpus % row.workers == 0
+    if fits and row.workers and gpus // row.workers <= largest:
+        return row.workers
+    workers = -(-gpus // largest)
+    while gpus % workers:
+        workers += 1
+    return workers
+
+
 def replay_on(
     scenario: Scenario, rows: list[TraceRow], file: str, window: tuple[float, float | None]
 ) -> TraceReplay:
@@ -205,20 +227,22 @@ def replay_on(
         if offset < start or (end is not None and offset >= end):
             replay.outside_window += 1
             continue
-        if row.gpus > replay.largest_node_gpus:
+        workers = _workers(row, replay.largest_node_gpus)
+        if workers is None:
             replay.not_placeable += 1
             replay.not_placeable_gpu_hours += row.gpus * row.duration / 3600
             continue
-        gpus = row.gpus
-        replay.jobs.append(
-            Job(
-                _job_name(row, seen),
-                round(offset - start, 3),
-                max(MIN_DURATION, row.duration),
-                gpus,
-                f"{CPU_MILLIS_BASE + gpus * CPU_MILLIS_PER_GPU}m",
-                f"{MEMORY_GIB_BASE + gpus * MEMORY_GIB_PER_GPU}Gi",
-            )
+        gpus = row.gpus // workers
+        job = Job(
+            _job_name(row, seen),
+            round(offset - start, 3),
+            max(MIN_DURATION, row.duration),
+            gpus,
+            f"{CPU_MILLIS_BASE + gpus * CPU_MILLIS_PER_GPU}m",
+            f"{MEMORY_GIB_BASE + gpus * MEMORY_GIB_PER_GPU}Gi",
         )
+        if workers > 1:
+            replay.gangs += 1
+        replay.jobs.extend(as_workers(job, workers, None))
     scenario.jobs = sorted([*scenario.jobs, *replay.jobs], key=lambda j: (j.arrival, j.name))
     return replay

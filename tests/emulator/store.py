@@ -57,6 +57,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False),
     Resource("storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True),
     Resource("resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", True),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
 )
 
 # Served only when a test says so (`Store.served`), as CRDs and feature-gated APIs are:

@@ -93,8 +93,12 @@ def test_unschedulable_pod_gets_kubes_fit_error(
     assert doc["node"] is None
     assert doc["message"] == (
         "0/4 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}, "
-        "3 Insufficient cpu."
+        "3 Insufficient cpu. "
+        # kube 1.33's PostFilter suffix: a taint and a request larger than every node are
+        # not cured by evicting anything
+        "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     )
+    assert doc["preemption"] is None
     assert all(entry["total"] is None for entry in doc["nodes"].values())
 
 

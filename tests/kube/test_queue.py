@@ -29,15 +29,34 @@ def make() -> tuple[SchedulingQueue[str], Clock]:
     return SchedulingQueue(clock), clock
 
 
-def test_pop_order_priority_then_creation() -> None:
-    q, _ = make()
-    q.add("ns/late-low", 0, 30.0, "a")
-    q.add("ns/early-low", 0, 10.0, "b")
+def test_pop_order_priority_then_enqueue_time() -> None:
+    """kube's PrioritySort: priority, then the time the pod entered the queue (not its
+    creation time): a pod created earlier but queued later waits behind."""
+    q, clock = make()
+    q.add("ns/queued-first", 0, 30.0, "a")
+    clock.now += 1
+    q.add("ns/created-first", 0, 10.0, "b")
     q.add("ns/high", 100, 50.0, "c")
     popped = [q.pop().key for _ in range(3)]  # type: ignore[union-attr]
-    assert popped == ["ns/high", "ns/early-low", "ns/late-low"]
+    assert popped == ["ns/high", "ns/queued-first", "ns/created-first"]
     assert q.pop() is None
     assert q.pending()["in_flight"] == 3
+
+
+def test_requeued_pod_goes_behind_pods_queued_meanwhile() -> None:
+    """A pod put back after a failed attempt gets a fresh timestamp (kube's
+    AddUnschedulableIfNotPresent), so equal-priority pods queued meanwhile go first."""
+    q, clock = make()
+    q.add("ns/a", 0, 0.0, "a")
+    popped = q.pop()
+    assert popped is not None and popped.key == "ns/a"
+    clock.now += 5
+    q.add("ns/b", 0, 100.0, "b")
+    clock.now += 5
+    q.unschedulable("ns/a")
+    q.move_all(ClusterEvent.NODE_ADD)
+    clock.now += 60
+    assert [q.pop().key for _ in range(2)] == ["ns/b", "ns/a"]  # type: ignore[union-attr]
 
 
 def test_backoff_doubles_and_caps() -> None:

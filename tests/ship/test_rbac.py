@@ -81,6 +81,9 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("", "pods", "get", ""),
         ("", "pods", "list", ""),
         ("", "pods", "watch", ""),
+        ("", "pods", "delete", ""),  # preemption deletes its victims
+        ("policy", "poddisruptionbudgets", "list", ""),  # preemption weighs PDB violations
+        ("policy", "poddisruptionbudgets", "watch", ""),
         ("", "pods/binding", "create", ""),
         ("", "pods/status", "patch", ""),
         ("", "nodes", "get", ""),

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADER = "job,arrival_s,duration_s,gpus,workers,gpu_model,status\n"
 CLUSTER = {
     "name": "c",
-    "nodes": [{"name": "dgx", "count": 1, "gpuTopology": "dgx1-v100",
+    "nodes": [{"name": "dgx", "count": 2, "gpuTopology": "dgx1-v100",
                "resources": {"cpu": "80", "memory": "512Gi"}, "gpuTaint": False}],
 }  # fmt: skip
 GOOD = HEADER + (
@@ -43,15 +43,17 @@ def test_replay_keeps_the_window_and_counts_what_it_left_out(
     assert main([*args, "--output", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["scenario"]["trace"] == {
-        "file": trace, "window": "0:1000", "rows": 6, "jobs": 3, "outside_window": 1,
-        "incomplete": 1, "not_placeable": 1, "not_placeable_gpu_hours": 16.0,
-        "largest_node_gpus": 8,
+        "file": trace, "window": "0:1000", "rows": 6, "jobs": 5, "outside_window": 1,
+        "incomplete": 1, "not_placeable": 0, "not_placeable_gpu_hours": 0.0,
+        "largest_node_gpus": 8, "gangs": 1,
     }  # fmt: skip
-    assert doc["scenario"]["jobs"] == 3 and doc["scenario"]["cpu_pods"] == 1
+    # big (16 GPUs, 2 workers in the trace) runs as a pod group of two 8-GPU workers
+    assert doc["scenario"]["jobs"] == 5 and doc["scenario"]["cpu_pods"] == 1
     for policy in doc["policies"].values():
-        assert policy["pods"]["completed"] == 3
+        assert policy["pods"]["completed"] == 5
     assert main(args) == 0
-    assert "1 not placeable (more than 8 GPUs, the largest node" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 jobs larger than the largest node, 8 GPUs, as pod groups of workers" in out
 
 
 def test_trace_jobs_start_at_the_window(tmp_path: Path) -> None:
@@ -60,11 +62,12 @@ def test_trace_jobs_start_at_the_window(tmp_path: Path) -> None:
     # Offsets from the first arrival (100): a_1 0, b 60, row 4 100, late 4900.
     replay = replay_on(scenario, load_trace(trace), trace, (50.0, None))
     jobs = {j.name: j for j in scenario.jobs}
-    assert sorted(jobs) == ["b", "late", "row-4"]
+    assert sorted(jobs) == ["b", "big-w0", "big-w1", "late", "row-4"]
+    assert jobs["big-w0"].gpus == 8 and jobs["big-w0"].workers == 2
     assert (jobs["b"].arrival, jobs["row-4"].arrival, jobs["late"].arrival) == (10, 50, 4850)
     assert jobs["late"].gpus == 4 and jobs["late"].cpu == "17000m"
     assert jobs["late"].memory == "68Gi" and jobs["row-4"].gpus == 0
-    assert replay.outside_window == 1 and replay.not_placeable == 1
+    assert replay.outside_window == 1 and replay.not_placeable == 0 and replay.gangs == 1
     names = parse_scenario(CLUSTER, jobs_required=False)
     replay_on(names, load_trace(trace), trace, (0.0, None))
     assert "a-1" in {j.name for j in names.jobs}  # a_1: made a valid pod name
@@ -139,7 +142,7 @@ def test_readme_trace_command_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*command[1:], "--policy", "topo+topo-dp", "--output", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     trace = doc["scenario"]["trace"]
-    assert trace["jobs"] == doc["scenario"]["jobs"] > 1000 and trace["not_placeable"] > 0
+    assert trace["jobs"] == doc["scenario"]["jobs"] > 1000 and trace["gangs"] > 0
     policy = doc["policies"]["topo+topo-dp"]
     assert policy["pods"]["completed"] == trace["jobs"]
     assert policy["gpu_hours"] > 0 and policy["gpu_job_completion_seconds"]["mean"] > 0

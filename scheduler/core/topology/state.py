@@ -126,6 +126,18 @@ class GpuState:
         problems = [p for p in (self._topology_problem[slot], self._assignments_problem[slot]) if p]
         self.problem[slot] = "; ".join(problems) or None
 
+    def copy_node(self, slot: int, source: GpuState, source_slot: int) -> None:
+        """Take a node's parsed GPU state from another GpuState (a copy of one node, for
+        trying evictions, without parsing its annotations again)."""
+        self.version += 1
+        topology = source.topology[source_slot]
+        self.topology[slot] = topology
+        self.topology_id[slot] = -1 if topology is None else self._topology_index(topology)
+        self.problem[slot] = source.problem[source_slot]
+        self._topology_problem[slot] = source._topology_problem[source_slot]
+        self._assignments_problem[slot] = source._assignments_problem[source_slot]
+        self.assignments[slot] = dict(source.assignments[source_slot])
+
     def clear_node(self, slot: int) -> None:
         self.version += 1
         self.topology[slot] = None
