@@ -91,13 +91,13 @@ def test_cli_reports_preemptions_table_and_json(
     path.write_text(yaml.safe_dump(scenario()))
     assert main(["simulate", str(path), "--policy", "topology", "--output", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["policies"]["topology"]["preemption"]["preemptions"] == 1
+    assert doc["policies"]["topo+topo-dp"]["preemption"]["preemptions"] == 1
     assert main(["simulate", str(path), "--policy", "topology"]) == 0
     table = capsys.readouterr().out
-    assert "preemptions" in table and "lost GPU-hours" in table and "0.22 h" in table
+    assert "preemptions" in table and "lost GPU-hours" in table and "0.2 h" in table
     assert "victims of priority 10" in table
     args = ["simulate", str(path), "--policy", "topology", "--no-preemption", "--output", "json"]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["policies"]["topology"]["preemption"]["enabled"] is False
-    assert doc["policies"]["topology"]["preemption"]["preemptions"] == 0
+    assert doc["policies"]["topo+topo-dp"]["preemption"]["enabled"] is False
+    assert doc["policies"]["topo+topo-dp"]["preemption"]["preemptions"] == 0

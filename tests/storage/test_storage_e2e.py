@@ -216,7 +216,10 @@ def test_claim_deleted_while_waiting_for_the_pv_controller(emulator: Emulator) -
         rep = Replica(fast_settings(emulator)).start()
         await _node_selected(emulator)
         emulator.delete(PVCS, "data", "default")
-        want = '0/2 nodes are available: persistentvolumeclaim "data" not found.'
+        want = (
+            '0/2 nodes are available: persistentvolumeclaim "data" not found. preemption: '
+            "0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        )
         await wait_for(
             lambda: _condition(emulator, "default/train").get("message") == want,
             what="unschedulable without its claim",

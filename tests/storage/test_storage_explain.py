@@ -82,7 +82,8 @@ def test_explain_cli_refuses_unallocated_resource_claims(tmp_path: Path) -> None
     assert doc["node"] is None
     assert doc["message"] == (
         '0/2 nodes are available: ResourceClaim "rc" of the pod is not allocated and reserved '
-        "for it: topo-scheduler does not allocate ResourceClaims."
+        "for it: topo-scheduler does not allocate ResourceClaims. preemption: 0/2 nodes are "
+        "available: 2 Preemption is not helpful for scheduling."
     )
 
 
