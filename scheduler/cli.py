@@ -25,8 +25,22 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--leader-elect-namespace", default=None, help="namespace of the Lease")
     p.add_argument("--leader-elect-name", default="topo-scheduler", help="name of the Lease")
     p.add_argument("--bind-address", default="0.0.0.0:10259", metavar="HOST:PORT")
-    p.add_argument("--kube-api-qps", type=float, default=50.0)
-    p.add_argument("--kube-api-burst", type=int, default=100)
+    p.add_argument(
+        "--kube-api-qps", type=float, default=50.0, help="scheduling client's QPS (bindings first)"
+    )
+    p.add_argument("--kube-api-burst", type=int, default=100, help="scheduling client's burst")
+    p.add_argument(
+        "--events-qps",
+        type=float,
+        default=None,
+        help="event client's own QPS (default: --kube-api-qps, a separate budget)",
+    )
+    p.add_argument(
+        "--events-burst",
+        type=int,
+        default=None,
+        help="event client's burst (default: --kube-api-burst)",
+    )
 
 
 def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

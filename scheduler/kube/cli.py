@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +59,9 @@ class Settings:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4()}")
     bind_address: str | None = "0.0.0.0:10259"
     client: ClientOptions = field(default_factory=ClientOptions)
+    # Events' own client (kube-scheduler's eventClient); None: the scheduling client's limits,
+    # in a separate token bucket
+    event_client: ClientOptions | None = None
     options: Options = field(default_factory=Options)
     builder: Builder = default_builder
     on_ready: Callable[[KubeScheduler, StatusServer], None] | None = None
@@ -79,7 +84,32 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         lease_name=args.leader_elect_name,
         bind_address=args.bind_address,
         client=ClientOptions(qps=args.kube_api_qps, burst=args.kube_api_burst),
+        event_client=event_client_options(args),
     )
+
+
+def event_client_options(args: argparse.Namespace) -> ClientOptions | None:
+    """`--events-qps` / `--events-burst`, each defaulting to the scheduling client's value."""
+    qps = getattr(args, "events_qps", None)
+    burst = getattr(args, "events_burst", None)
+    if qps is None and burst is None:
+        return None
+    return ClientOptions(
+        qps=qps if qps is not None else args.kube_api_qps,
+        burst=burst if burst is not None else args.kube_api_burst,
+    )
+
+
+def event_client_for(settings: Settings, client: KubeClient) -> KubeClient:
+    """The event client: same credentials, its own rate limit, connections and user agent."""
+    base = settings.event_client or settings.client
+    options = dataclasses.replace(base, user_agent=f"{base.user_agent}-events")
+    return client.sibling(options)
+
+
+def count_timeouts(metrics: Metrics, **clients: KubeClient) -> None:
+    for name, client in clients.items():
+        client.on_timeout = metrics.client_timeouts.labels(name).inc
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -136,15 +166,20 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         client = KubeClient.for_url(settings.url, settings.client)
     else:
         client = await KubeClient.connect(settings.kubeconfig, settings.client)
+    events = event_client_for(settings, client)
     try:
-        return await _serve(settings, stop, client)
+        return await _serve(settings, stop, client, events)
     finally:
+        await events.close()
         await client.close()
 
 
-async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) -> int:
+async def _serve(
+    settings: Settings, stop: asyncio.Event, client: KubeClient, events: KubeClient
+) -> int:
     metrics = Metrics()
-    recorder = EventRecorder(client)
+    count_timeouts(metrics, scheduling=client, events=events)
+    recorder = EventRecorder(events, metrics=metrics)
     holder: list[KubeScheduler] = []
 
     def apply(config: SchedulerConfiguration, frameworks: dict[str, Framework]) -> None:
@@ -194,11 +229,13 @@ async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) ->
     try:
         code = await _lead_and_schedule(sched, elector, stop, metrics, settings)
     finally:
+        # one grace period for everything: bindings, the lease, then the queued Events
+        grace_ends = time.monotonic() + settings.options.shutdown_grace
         sched.stop_scheduling()
         await sched.drain_bindings(settings.options.shutdown_grace)
         if elector is not None:
             await elector.release()
-        await recorder.flush(2.0)
+        await recorder.flush(grace_ends - time.monotonic())
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -3,8 +3,10 @@
 The generated client models are slow to build and some answers do not decode (a Binding is
 answered with a Status), so every call here goes through the `kubernetes.aio` ApiClient's
 raw layer: credentials, TLS and token refresh come from the official client, bodies stay
-bytes/dicts and callers check the status code. Each call passes the token bucket, has a
-timeout, and honours `429 Too Many Requests` with `Retry-After`.
+bytes/dicts and callers check the status code. Each call passes the token bucket (served by
+priority: bindings before status patches), and honours `429 Too Many Requests` with
+`Retry-After`. Like client-go, a request's timeout starts when it is sent: the wait for a
+rate-limit token is not under it, so a queued request never expires before it is tried.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +22,7 @@ import aiohttp
 from kubernetes.aio import client as aclient
 from kubernetes.aio import config as aconfig
 
-from scheduler.kube.ratelimit import TokenBucket
+from scheduler.kube.ratelimit import Priority, TokenBucket
 
 Obj = dict[str, Any]
 
@@ -46,7 +48,7 @@ class ClientOptions:
 
     qps: float = 50.0
     burst: int = 100
-    timeout: float = 10.0  # every non-watch call
+    timeout: float = 10.0  # every non-watch call, from when it is sent
     max_retry_after: float = 10.0  # longest Retry-After honoured per attempt
     retries_on_429: int = 10  # client-go's default for Retry-After answers
     user_agent: str = "topo-scheduler"
@@ -77,6 +79,13 @@ class KubeClient:
         }
         self.limiter = TokenBucket(self.options.qps, self.options.burst)
         self.api.user_agent = self.options.user_agent
+        self.timeouts = 0  # requests that were sent and got no answer in time
+        self.on_timeout: Callable[[], None] | None = None
+
+    def sibling(self, options: ClientOptions) -> KubeClient:
+        """Another client on the same credentials with its own rate limit and connections
+        (kube-scheduler's event client)."""
+        return KubeClient(aclient.ApiClient(self.api.configuration), options)
 
     @classmethod
     async def connect(
@@ -107,8 +116,14 @@ class KubeClient:
         query: Sequence[tuple[str, str]] | None,
         body: Any,
         content_type: str | None,
-        timeout: aiohttp.ClientTimeout | float,
-    ) -> Any:
+        timeout: float | aiohttp.ClientTimeout,
+        priority: int,
+        read: bool,
+    ) -> tuple[Any, bytes]:
+        """Wait for a token (no deadline), then send under `timeout`; retry 429s.
+
+        Returns the response and, when `read`, its body (read under the same deadline).
+        """
         headers: dict[str, str] = {"Accept": "application/json", **self.options.extra_headers}
         if content_type:
             headers["Content-Type"] = content_type
@@ -121,19 +136,27 @@ class KubeClient:
             auth_settings=["BearerToken"],
         )
         _, url, header_params, _, _ = serialized
+        deadline = timeout if isinstance(timeout, float | int) else None
         # the REST layer JSON-encodes `body` itself for every JSON content type
         for attempt in range(self.options.retries_on_429 + 1):
-            await self.limiter.acquire()
+            await self.limiter.acquire(priority)
             try:
-                resp = await self.api.call_api(
-                    method,
-                    url,
-                    header_params=dict(header_params),
-                    body=body,
-                    _request_timeout=timeout,
-                )
+                async with asyncio.timeout(deadline):
+                    resp = await self.api.call_api(
+                        method,
+                        url,
+                        header_params=dict(header_params),
+                        body=body,
+                        _request_timeout=timeout,
+                    )
+                    data = await resp.read() if read else b""  # type: ignore[no-untyped-call]
             except TimeoutError as exc:
-                raise ApiError(0, f"{method} {path}: timed out", "Timeout") from exc
+                self.timeouts += 1
+                if self.on_timeout is not None:
+                    self.on_timeout()
+                raise ApiError(
+                    0, f"{method} {path}: timed out after {timeout}s", "Timeout"
+                ) from exc
             except aiohttp.ClientError as exc:
                 raise ApiError(0, f"{type(exc).__name__}: {exc}", "Transport") from exc
             if resp.status == 429 or (resp.status >= 500 and "Retry-After" in resp.headers):
@@ -147,7 +170,7 @@ class KubeClient:
                     await asyncio.sleep(min(max(delay, 0.0), self.options.max_retry_after))
                     continue
                 raise ApiError(resp.status, "Too many requests", "TooManyRequests")
-            return resp
+            return resp, data
         raise AssertionError("unreachable")
 
     async def request(
@@ -159,38 +182,50 @@ class KubeClient:
         body: Any = None,
         content_type: str | None = None,
         timeout: float | None = None,
+        priority: int = Priority.DEFAULT,
     ) -> Obj:
-        """One call; the decoded JSON answer on 2xx, `ApiError` otherwise."""
-        t = timeout or self.options.timeout
+        """One call; the decoded JSON answer on 2xx, `ApiError` otherwise.
+
+        `timeout` (default the client's) runs from when the request is sent.
+        """
+        t = float(timeout or self.options.timeout)
         if body is not None and content_type is None:
             content_type = "application/json"
-        try:
-            async with asyncio.timeout(t):
-                resp = await self._send(method, path, query, body, content_type, t)
-                data = await resp.read()
-        except TimeoutError as exc:
-            raise ApiError(0, f"{method} {path}: timed out after {t}s", "Timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise ApiError(0, f"{type(exc).__name__}: {exc}", "Transport") from exc
+        resp, data = await self._send(
+            method, path, query, body, content_type, t, priority, read=True
+        )
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data)
         out = json.loads(data) if data else {}
         return out if isinstance(out, dict) else {"value": out}
 
-    async def get(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
-        return await self.request("GET", path, query=list((query or {}).items()))
+    async def get(
+        self,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        priority: int = Priority.DEFAULT,
+    ) -> Obj:
+        return await self.request("GET", path, query=list((query or {}).items()), priority=priority)
 
-    async def post(self, path: str, body: Obj) -> Obj:
-        return await self.request("POST", path, body=body)
+    async def post(self, path: str, body: Obj, priority: int = Priority.DEFAULT) -> Obj:
+        return await self.request("POST", path, body=body, priority=priority)
 
-    async def put(self, path: str, body: Obj) -> Obj:
-        return await self.request("PUT", path, body=body)
+    async def put(self, path: str, body: Obj, priority: int = Priority.DEFAULT) -> Obj:
+        return await self.request("PUT", path, body=body, priority=priority)
 
-    async def patch(self, path: str, body: Obj, content_type: str = MERGE_PATCH) -> Obj:
-        return await self.request("PATCH", path, body=body, content_type=content_type)
+    async def patch(
+        self,
+        path: str,
+        body: Obj,
+        content_type: str = MERGE_PATCH,
+        priority: int = Priority.DEFAULT,
+    ) -> Obj:
+        return await self.request(
+            "PATCH", path, body=body, content_type=content_type, priority=priority
+        )
 
-    async def delete(self, path: str) -> Obj:
-        return await self.request("DELETE", path)
+    async def delete(self, path: str, priority: int = Priority.DEFAULT) -> Obj:
+        return await self.request("DELETE", path, priority=priority)
 
     async def watch(
         self, path: str, query: Mapping[str, str], timeout_seconds: int
@@ -202,10 +237,9 @@ class KubeClient:
         """
         q = {**query, "watch": "true", "timeoutSeconds": str(timeout_seconds)}
         total = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=timeout_seconds + 15)
-        try:
-            resp = await self._send("GET", path, list(q.items()), None, None, total)
-        except TimeoutError as exc:
-            raise ApiError(0, f"watch {path}: timed out", "Timeout") from exc
+        resp, _ = await self._send(
+            "GET", path, list(q.items()), None, None, total, Priority.DEFAULT, read=False
+        )
         if resp.status != 200:
             raise _error(resp.status, await resp.read())
         content = resp.response.content

@@ -43,6 +43,7 @@ from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
 from scheduler.kube.informer import Backoff, Reflector
 from scheduler.kube.metrics import Metrics
+from scheduler.kube.ratelimit import Priority
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
@@ -386,7 +387,10 @@ class KubeScheduler:
         }
         try:
             await self.client.patch(
-                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body, STRATEGIC_PATCH
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                body,
+                STRATEGIC_PATCH,
+                priority=Priority.STATUS,  # after every waiting binding
             )
         except ApiError as exc:
             if exc.status != 404:
@@ -430,7 +434,9 @@ class KubeScheduler:
         try:
             # the answer is a Status, not a Pod: only the status code matters
             await self.client.post(
-                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", binding
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding",
+                binding,
+                priority=Priority.BIND,
             )
         except ApiError as exc:
             if exc.status == 404:
@@ -662,7 +668,6 @@ class KubeScheduler:
         self.metrics.cache_size.labels("pods").set(self.cache.pod_count)
         self.metrics.cache_size.labels("assumed_pods").set(len(self.binding))
         self.metrics.foreign_pending.set(len(self.foreign))
-        self.metrics.events_dropped.set(self.recorder.dropped)
 
 
 def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:
