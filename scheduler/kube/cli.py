@@ -27,6 +27,7 @@ from scheduler.core.config import ConfigError, SchedulerConfiguration, default_c
 from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.configsource import ConfigMapSource
+from scheduler.kube.discovery import LEASES_V1, discover
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
@@ -185,6 +186,8 @@ async def _serve(
     def apply(config: SchedulerConfiguration, frameworks: dict[str, Framework]) -> None:
         holder[0].apply_config(config, frameworks)
 
+    if not await _check_server_apis(settings, client, recorder):
+        return 1
     try:
         config, frameworks, source = await _load_config(settings, client, metrics, recorder, apply)
     except (ConfigError, ApiError, OSError) as exc:
@@ -245,6 +248,23 @@ async def _serve(
         await server.stop()
         log.info("scheduler stopped", exit_code=code, bound=sched.scheduled)
     return code
+
+
+async def _check_server_apis(
+    settings: Settings, client: KubeClient, recorder: EventRecorder
+) -> bool:
+    """Discover the server's APIs; turn off what it lacks, False if the run cannot work."""
+    apis = await discover(client)
+    recorder.core_v1 = not apis.events_v1
+    if settings.leader_elect and not apis.leases_v1:
+        message = (
+            f"--leader-elect needs {LEASES_V1} Leases (Kubernetes 1.14+), "
+            f"not served by this API server {apis.version}".rstrip()
+        )
+        log.error("cannot start: " + message)
+        print(f"error: {message}", file=sys.stderr)
+        return False
+    return True
 
 
 async def _first(*aws: asyncio.Task[None]) -> asyncio.Task[None]:

@@ -85,6 +85,7 @@ class EventRecorder:
         self.metrics = metrics
         self.tries = max(1, tries)
         self.retry_delay = retry_delay
+        self.core_v1 = False  # the server lacks events.k8s.io/v1 (< 1.19): core/v1 Events
         self.instance = instance or f"{COMPONENT}-{socket.gethostname()}"
         self.queue: asyncio.Queue[Obj] = asyncio.Queue(queue_size)
         self.dedup_window = dedup_window
@@ -180,6 +181,8 @@ class EventRecorder:
     async def _post(self, event: Obj) -> None:
         ns = event["metadata"]["namespace"]
         path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+        if self.core_v1:
+            path, event = f"/api/v1/namespaces/{ns}/events", core_v1_event(event)
         for attempt in range(1, self.tries + 1):
             try:
                 await self.client.post(path, event)
@@ -212,3 +215,21 @@ class EventRecorder:
             if self.metrics is not None:
                 self.metrics.events_dropped.labels("shutdown").inc(pending)
         return pending == 0
+
+
+def core_v1_event(event: Obj) -> Obj:
+    """The same Event in core/v1's shape (for API servers without events.k8s.io/v1)."""
+    when = str(event["eventTime"]).split(".")[0] + "Z"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": dict(event["metadata"]),
+        "involvedObject": event["regarding"],
+        "reason": event["reason"],
+        "message": event["note"],
+        "type": event["type"],
+        "source": {"component": event["reportingController"]},
+        "firstTimestamp": when,
+        "lastTimestamp": when,
+        "count": 1,
+    }
