@@ -12,10 +12,9 @@ import subprocess
 from typing import Any
 
 from scheduler.core.topology.schema import ANNOTATION_GPUS
-from tests.realkube.api import Api, HTTPFailure
+from tests.realkube.api import Api, HTTPFailure, wait_for
 from tests.realkube.conftest import CONFIG_MAP, GPU_NODES, NAMESPACE, pod
 from tests.realkube.plane import Plane
-from tests.realkube.api import wait_for
 
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/topo-scheduler"
 
