@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import statistics
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,27 @@ class Run:
     events: int = 0
     timeouts: int = 0
     dropped: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds, launch -> last binding
 
     @property
     def rate(self) -> float:
         return (self.bound - 1) / self.span if self.span > 0 else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its reaped children), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    ticks = sum(int(x) for x in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def plane_pids(plane: Plane) -> dict[str, int]:
+    pids = {}
+    for name in ("kube-apiserver", "etcd", "kube-scheduler"):
+        path = plane.state_dir / f"{name}.pid"
+        if path.exists():
+            pids[name] = int(path.read_text())
+    return pids
 
 
 def node(name: str) -> dict[str, Any]:
@@ -199,12 +217,17 @@ async def one_run(scheduler: str, qps: float, burst: int, nodes: int, pods: int)
             watcher = asyncio.create_task(watch_bindings(admin, rv, pods, bound_at))
             port = free_port()
             log = plane.state_dir / "logs" / "topo-scheduler.log"
+            before = {name: cpu_seconds(pid) for name, pid in plane_pids(plane).items()}
             t0 = time.monotonic()
             if scheduler == "kube":
                 await asyncio.to_thread(plane.start_scheduler)
             else:
                 proc = launch_topo(plane, qps, burst, port, log)
             await asyncio.wait_for(watcher, timeout=600)
+            pids = plane_pids(plane)
+            if proc is not None:
+                pids["topo-scheduler"] = proc.pid
+            run.cpu = {n: cpu_seconds(pid) - before.get(n, 0.0) for n, pid in pids.items()}
             times = sorted(bound_at.values())
             run.bound = len(times)
             run.wall = times[-1] - t0
@@ -248,6 +271,11 @@ def report(run: Run) -> None:
         f"bound {run.bound:5d} in {run.wall:6.1f} s ({run.rate:6.1f} pods/s over "
         f"{run.span:5.1f} s)  Scheduled events {run.events:5d} (all by {events})  "
         f"client timeouts {run.timeouts}  dropped events {run.dropped}",
+        flush=True,
+    )
+    print(
+        "       CPU s to the last binding: "
+        + ", ".join(f"{name} {secs:.2f}" for name, secs in sorted(run.cpu.items())),
         flush=True,
     )
 

@@ -22,7 +22,7 @@ EXAMPLES_DIR = ROOT / "examples" / "pods"
 RELEASE = "topo-scheduler"
 NAMESPACE = "topo-scheduler"
 # Kubernetes minor versions every object must validate against.
-KUBE_VERSIONS = [f"1.{minor}" for minor in range(29, 35)]
+KUBE_VERSIONS = [f"1.{minor}" for minor in range(27, 35)]  # Chart.yaml kubeVersion: >=1.27
 
 
 def pyproject() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Every object we ship validates, strictly, against the Kubernetes API of 1.29 through 1.34."""
+"""Every object we ship validates, strictly, against the Kubernetes API of 1.27 through 1.34."""
 
 from __future__ import annotations
 
