@@ -10,7 +10,7 @@ cannot run and startup fails with a message saying so. A server whose discovery 
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 from dataclasses import dataclass
 
 import structlog
@@ -37,14 +37,20 @@ class ServerAPIs:
 
 async def discover(client: KubeClient) -> ServerAPIs:
     """Read /version and /apis; never raises for an unreadable discovery."""
+    version_answer, groups_answer = await asyncio.gather(
+        client.get("/version"), client.get("/apis"), return_exceptions=True
+    )
     version = ""
-    with contextlib.suppress(ApiError):
-        version = str((await client.get("/version")).get("gitVersion") or "")
-    try:
-        groups = await client.get("/apis")
-    except ApiError as exc:
-        log.info("API discovery unavailable, assuming every API is served", error=str(exc))
+    if isinstance(version_answer, dict):
+        version = str(version_answer.get("gitVersion") or "")
+    if isinstance(groups_answer, BaseException):
+        if not isinstance(groups_answer, ApiError):
+            raise groups_answer
+        log.info(
+            "API discovery unavailable, assuming every API is served", error=str(groups_answer)
+        )
         return ServerAPIs(version)
+    groups = groups_answer
     served = {
         str(v.get("groupVersion"))
         for g in groups.get("groups") or []

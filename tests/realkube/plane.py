@@ -23,10 +23,15 @@ class PlaneUnavailable(Exception):
 
 
 def scripts_dir() -> Path:
-    """`$REALKUBE_DIR`, else `shared/realkube` beside the checkout (or beside its parent)."""
+    """`$REALKUBE_DIR` when set, else `shared/realkube` beside the checkout (or its parent)."""
     env = os.environ.get("REALKUBE_DIR")
-    candidates = [Path(env)] if env else []
-    candidates += [ROOT.parent / "shared" / "realkube", ROOT.parent.parent / "shared" / "realkube"]
+    if env:
+        candidates = [Path(env)]
+    else:
+        candidates = [
+            ROOT.parent / "shared" / "realkube",
+            ROOT.parent.parent / "shared" / "realkube",
+        ]
     for path in candidates:
         if (path / "ensure.sh").is_file():
             return path
