@@ -44,6 +44,7 @@ class TokenBucket:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._arrival = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def _refill(self) -> None:
         now = self._clock()
@@ -77,11 +78,13 @@ class TokenBucket:
             raise
 
     def _arm(self) -> None:
-        if self._timer is not None:
-            return
+        loop = asyncio.get_running_loop()
+        if self._timer is not None and self._timer_loop is loop:
+            return  # a timer of a loop that has ended (tests reuse clients) must not count
         self._refill()
         delay = 0.0 if self._tokens >= 1.0 else (1.0 - self._tokens) / self.qps
-        self._timer = asyncio.get_running_loop().call_later(delay, self._dispatch)
+        self._timer = loop.call_later(delay, self._dispatch)
+        self._timer_loop = loop
 
     def _dispatch(self) -> None:
         self._timer = None
