@@ -166,3 +166,37 @@ def test_flush_counts_what_is_left_at_shutdown(emulator: Emulator) -> None:
     assert not flushed and dropped == 3
     sample = metrics.registry.get_sample_value
     assert sample("topo_scheduler_events_dropped_total", {"reason": "shutdown"}) == 3
+
+
+def test_bindings_do_not_wait_for_events_and_sigterm_flushes_them(emulator: Emulator) -> None:
+    """Events on a slow budget of their own: every pod is bound at the scheduling client's
+    pace, and on SIGTERM the queued Scheduled Events are all written within the grace period
+    (longer than the 2 s the flush once had)."""
+    from tests.emulator import PODS
+    from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
+
+    emulator.create_node("n0", gpus=0, pods=110)
+    keys = [f"default/p{i}" for i in range(60)]
+    for i in range(60):
+        emulator.create_pod(f"p{i}")
+
+    async def run() -> tuple[float, int, int]:
+        settings = fast_settings(emulator, event_client=ClientOptions(qps=20, burst=1))
+        settings.options.shutdown_grace = 10.0
+        replica = Replica(settings).start()
+        await wait_for(lambda: all_bound_once(emulator, keys), 20, "all pods bound")
+        assert replica.sched is not None
+        queued = replica.sched.recorder.queue.qsize()
+        t0 = time.monotonic()
+        code = await replica.shutdown(timeout=15)
+        return time.monotonic() - t0, queued, code
+
+    flushed_in, queued, code = asyncio.run(run())
+    assert code == 0
+    # 60 Events at 20/s: many were still queued when the pods were bound, and the flush
+    # waited for them (the event budget, not the bindings, set its length)
+    assert queued >= 10
+    assert flushed_in >= (queued - 4) / 20 * 0.8
+    scheduled = [e for e in emulator.list(EVENTS) if e["reason"] == "Scheduled"]
+    assert len(scheduled) == 60
+    assert len(emulator.list(PODS)) == 60
