@@ -95,7 +95,7 @@ class EventRecorder:
         self._seen: dict[tuple[str, str, str, str, str], float] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         self.sent = 0
-        self.dropped = 0  # queue overflow
+        self.dropped = 0  # lost to a full queue, or still queued at shutdown
         self.suppressed = 0  # deduplicated or rate limited
         self.failed = 0  # given up after `tries` posts
 
