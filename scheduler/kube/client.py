@@ -1,9 +1,10 @@
 """Raw JSON access to the API server through `kubernetes.aio`.
 
 The generated client models are slow to build and some answers do not decode (a Binding is
-answered with a Status), so every call here goes through the `kubernetes.aio` ApiClient's
-raw layer: credentials, TLS and token refresh come from the official client, bodies stay
-bytes/dicts and callers check the status code. Each call passes the token bucket (served by
+answered with a Status), so calls here bypass them: credentials (with token refresh), TLS,
+proxy settings and the aiohttp session come from the official `kubernetes.aio` client, each
+request goes straight onto that session, bodies stay dicts and callers check the status code.
+Each call passes the token bucket (served by
 priority: bindings before status patches), and honours `429 Too Many Requests` with
 `Retry-After`. Like client-go, a request's timeout starts when it is sent: the wait for a
 rate-limit token is not under it, so a queued request never expires before it is tried.
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +119,26 @@ class KubeClient:
     async def close(self) -> None:
         await self.api.close()  # type: ignore[no-untyped-call]
 
+    def _session(self) -> aiohttp.ClientSession:
+        """The official client's aiohttp session (its TLS context, pool, proxy settings)."""
+        rest = self.api.rest_client
+        if rest.pool_manager is None:
+            rest.pool_manager = rest._create_pool_manager()
+        session: aiohttp.ClientSession = rest.pool_manager
+        return session
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        """Accept, User-Agent and credentials, read per request so a refreshed token is used
+        (the configuration's refresh hook runs in `auth_settings`)."""
+        headers = {"Accept": "application/json", **self.api.default_headers}
+        headers.update(self.options.extra_headers)
+        if content_type:
+            headers["Content-Type"] = content_type
+        auth = (await self.api.configuration.auth_settings()).get("BearerToken")
+        if auth and auth.get("in") == "header" and auth.get("value"):
+            headers[auth["key"]] = auth["value"]
+        return headers
+
     async def _send(
         self,
         method: str,
@@ -127,49 +149,54 @@ class KubeClient:
         timeout: float | aiohttp.ClientTimeout,
         priority: int,
         read: bool,
-    ) -> tuple[Any, bytes]:
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
         """Wait for a token (no deadline), then send under `timeout`; retry 429s.
 
         Returns the response and, when `read`, its body (read under the same deadline).
+        Requests go straight to the official client's aiohttp session: its generic request
+        layers cost a third more CPU per call than the call itself.
         """
-        headers: dict[str, str] = {"Accept": "application/json", **self.options.extra_headers}
-        if content_type:
-            headers["Content-Type"] = content_type
-        serialized = await self.api.param_serialize(
-            method,
-            path,
-            query_params=list(query or []),
-            header_params=headers,
-            body=None,
-            auth_settings=["BearerToken"],
-        )
-        _, url, header_params, _, _ = serialized
-        deadline = timeout if isinstance(timeout, float | int) else None
-        # the REST layer JSON-encodes `body` itself for every JSON content type
+        url = self.api.configuration.host + path
+        if query:
+            url += "?" + urllib.parse.urlencode(list(query))
+        data = json.dumps(body) if body is not None else None
+        rest = self.api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+            if rest.proxy_headers:
+                extra["proxy_headers"] = rest.proxy_headers
+        if self.api.configuration.tls_server_name:
+            extra["server_hostname"] = self.api.configuration.tls_server_name
+        if isinstance(timeout, aiohttp.ClientTimeout):
+            client_timeout, deadline = timeout, None
+        else:
+            client_timeout, deadline = aiohttp.ClientTimeout(total=timeout), float(timeout)
         for attempt in range(self.options.retries_on_429 + 1):
             await self.limiter.acquire(priority)
             try:
                 async with self._slot(read), asyncio.timeout(deadline):
-                    resp = await self.api.call_api(
+                    resp = await self._session().request(
                         method,
                         url,
-                        header_params=dict(header_params),
-                        body=body,
-                        _request_timeout=timeout,
+                        headers=await self._headers(content_type),
+                        data=data,
+                        timeout=client_timeout,
+                        **extra,
                     )
-                    data = await resp.read() if read else b""  # type: ignore[no-untyped-call]
+                    payload = await resp.read() if read else b""
             except TimeoutError as exc:
                 self.timeouts += 1
                 if self.on_timeout is not None:
                     self.on_timeout()
                 raise ApiError(
-                    0, f"{method} {path}: timed out after {timeout}s", "Timeout"
+                    0, f"{method} {path}: timed out after {deadline or timeout}s", "Timeout"
                 ) from exc
             except aiohttp.ClientError as exc:
                 raise ApiError(0, f"{type(exc).__name__}: {exc}", "Transport") from exc
             if resp.status == 429 or (resp.status >= 500 and "Retry-After" in resp.headers):
                 retry_after = resp.headers.get("Retry-After")
-                resp.response.release()
+                resp.release()
                 if attempt < self.options.retries_on_429 and retry_after is not None:
                     try:
                         delay = float(retry_after)
@@ -178,7 +205,7 @@ class KubeClient:
                     await asyncio.sleep(min(max(delay, 0.0), self.options.max_retry_after))
                     continue
                 raise ApiError(resp.status, "Too many requests", "TooManyRequests")
-            return resp, data
+            return resp, payload
         raise AssertionError("unreachable")
 
     def _slot(self, counted: bool) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -254,7 +281,7 @@ class KubeClient:
         )
         if resp.status != 200:
             raise _error(resp.status, await resp.read())
-        content = resp.response.content
+        content = resp.content
         try:
             while True:
                 try:
@@ -268,4 +295,4 @@ class KubeClient:
                     if isinstance(event, dict):
                         yield event
         finally:
-            resp.response.release()
+            resp.release()
