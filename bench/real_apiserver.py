@@ -55,6 +55,7 @@ class Run:
     timeouts: int = 0
     dropped: int = 0
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds, launch -> last binding
+    requests: dict[str, int] = field(default_factory=dict)  # the API server's, launch -> end
 
     @property
     def rate(self) -> float:
@@ -75,6 +76,25 @@ def plane_pids(plane: Plane) -> dict[str, int]:
         if path.exists():
             pids[name] = int(path.read_text())
     return pids
+
+
+REQUEST_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+
+
+async def request_counts(admin: KubeClient) -> dict[str, int]:
+    """kube-apiserver's own request counter, by verb, resource and subresource."""
+    _, data = await admin._send("GET", "/metrics", None, None, None, 30.0, 0, read=True)
+    counts: dict[str, int] = {}
+    for line in data.decode().splitlines():
+        match = REQUEST_SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+        key = f"{labels.get('verb')} {labels.get('resource')}"
+        if labels.get("subresource"):
+            key += f"/{labels['subresource']}"
+        counts[key] = counts.get(key, 0) + int(float(match.group("value")))
+    return counts
 
 
 def node(name: str) -> dict[str, Any]:
@@ -217,6 +237,7 @@ async def one_run(scheduler: str, qps: float, burst: int, nodes: int, pods: int)
             watcher = asyncio.create_task(watch_bindings(admin, rv, pods, bound_at))
             port = free_port()
             log = plane.state_dir / "logs" / "topo-scheduler.log"
+            requests_before = await request_counts(admin)
             before = {name: cpu_seconds(pid) for name, pid in plane_pids(plane).items()}
             t0 = time.monotonic()
             if scheduler == "kube":
@@ -239,6 +260,12 @@ async def one_run(scheduler: str, qps: float, burst: int, nodes: int, pods: int)
                     run.events_at = time.monotonic() - t0
                     break
                 await asyncio.sleep(0.5)
+            after = await request_counts(admin)
+            run.requests = {
+                k: v - requests_before.get(k, 0)
+                for k, v in after.items()
+                if v - requests_before.get(k, 0) > 0
+            }
             if scheduler == "topo" and proc is not None:
                 metrics = scrape(port)
                 run.timeouts = _sum(metrics, "topo_scheduler_client_request_timeouts_total")
@@ -264,7 +291,7 @@ async def one_run(scheduler: str, qps: float, burst: int, nodes: int, pods: int)
     return run
 
 
-def report(run: Run) -> None:
+def report(run: Run, show_requests: bool = False) -> None:
     events = f"{run.events_at:6.1f} s" if run.events_at is not None else "   n/a  "
     print(
         f"{run.scheduler:>5}-scheduler  QPS {run.qps:>6g}/{run.burst:<6d} "
@@ -273,6 +300,8 @@ def report(run: Run) -> None:
         f"client timeouts {run.timeouts}  dropped events {run.dropped}",
         flush=True,
     )
+    if show_requests:
+        print(f"       API requests: {dict(sorted(run.requests.items()))}", flush=True)
     print(
         "       CPU s to the last binding: "
         + ", ".join(f"{name} {secs:.2f}" for name, secs in sorted(run.cpu.items())),
@@ -287,6 +316,9 @@ async def main() -> int:
     ap.add_argument("--limits", default="50:100,5000:5000", help="QPS:BURST[,QPS:BURST...]")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--only", choices=("kube", "topo"))
+    ap.add_argument(
+        "--requests", action="store_true", help="also print the API server's request counts"
+    )
     args = ap.parse_args()
     try:
         await asyncio.to_thread(ensure)
@@ -300,7 +332,7 @@ async def main() -> int:
         for _ in range(args.repeat):
             for sched in schedulers:
                 run = await one_run(sched, qps, burst, args.nodes, args.pods)
-                report(run)
+                report(run, args.requests)
                 results.setdefault((sched, qps), []).append(run)
     if len(schedulers) == 2:
         print()
