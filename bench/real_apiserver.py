@@ -83,7 +83,7 @@ REQUEST_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<
 
 async def request_counts(admin: KubeClient) -> dict[str, int]:
     """kube-apiserver's own request counter, by verb, resource and subresource."""
-    _, data = await admin._send("GET", "/metrics", None, None, None, 30.0, 0, read=True)
+    data = await admin.get_bytes("/metrics")
     counts: dict[str, int] = {}
     for line in data.decode().splitlines():
         match = REQUEST_SAMPLE.match(line)

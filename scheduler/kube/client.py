@@ -246,6 +246,15 @@ class KubeClient:
     ) -> Obj:
         return await self.request("GET", path, query=list((query or {}).items()), priority=priority)
 
+    async def get_bytes(self, path: str) -> bytes:
+        """A non-JSON answer (e.g. the API server's /metrics) as bytes; `ApiError` unless 2xx."""
+        resp, data = await self._send(
+            "GET", path, None, None, None, self.options.timeout, Priority.DEFAULT, read=True
+        )
+        if not 200 <= resp.status < 300:
+            raise _error(resp.status, data)
+        return data
+
     async def post(self, path: str, body: Obj, priority: int = Priority.DEFAULT) -> Obj:
         return await self.request("POST", path, body=body, priority=priority)
 
