@@ -21,8 +21,10 @@ MANIFESTS_DIR = ROOT / "manifests"
 EXAMPLES_DIR = ROOT / "examples" / "pods"
 RELEASE = "topo-scheduler"
 NAMESPACE = "topo-scheduler"
-# Kubernetes minor versions every object must validate against.
-KUBE_VERSIONS = [f"1.{minor}" for minor in range(27, 35)]  # Chart.yaml kubeVersion: >=1.27
+# Kubernetes minor versions every object must validate against (1.30: the agent's
+# ValidatingAdmissionPolicy is admissionregistration.k8s.io/v1, and the node name it checks
+# is in pod-bound service account tokens from 1.30 on).
+KUBE_VERSIONS = [f"1.{minor}" for minor in range(30, 35)]
 
 
 def pyproject() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Every object we ship validates, strictly, against the Kubernetes API of 1.27 through 1.34."""
+"""Every object we ship validates, strictly, against the Kubernetes API of 1.30 through 1.34."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_validation_is_strict_and_fails_on_unknown_kinds() -> None:
     (deployment,) = [o for o in objects() if o["kind"] == "Deployment"]
     typo = copy.deepcopy(deployment)
     typo["spec"]["template"]["spec"]["containers"][0]["securityContex"] = {}
-    assert validation_errors(typo, "1.29")
+    assert validation_errors(typo, "1.30")
     wrong_type = copy.deepcopy(deployment)
     wrong_type["spec"]["replicas"] = "2"
     assert validation_errors(wrong_type, "1.34")
