@@ -7,6 +7,7 @@ built or started the tier is skipped with the reason, and the run's summary says
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -120,6 +121,19 @@ def namespace(cluster: Api) -> Iterator[str]:
                 raise
 
 
+@functools.cache
+def _plain_http_flags() -> tuple[str, ...]:
+    """`--insecure-plain-http` where `run` serves HTTPS by default (the tests read /metrics
+    and /readyz over plain HTTP); nothing where plain HTTP is all it serves."""
+    out = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return ("--insecure-plain-http",) if "--insecure-plain-http" in out.stdout else ()
+
+
 class SchedulerProcess:
     """`topo-scheduler run` with the chart's arguments and the restricted token."""
 
@@ -146,6 +160,7 @@ class SchedulerProcess:
                 f"--config-map={NAMESPACE}/{CONFIG_MAP}",
                 *election,
                 f"--bind-address=127.0.0.1:{self.port}",
+                *_plain_http_flags(),
                 *extra,
             ],
             stdout=subprocess.DEVNULL,
