@@ -152,7 +152,22 @@ async def _run(url: str, conn: Connection, args: argparse.Namespace) -> dict[str
     }
     stop.set()
     code = await task
-    return {"exit": code, "cycles": sched.metrics.algorithm_duration, "state": state}
+    dropped = {
+        s.labels["reason"]: int(s.value)
+        for s in sched.metrics.events_dropped.collect()[0].samples
+        if s.name.endswith("_total")
+    }
+    events = {
+        "sent": sched.recorder.sent,
+        "aggregated": sched.recorder.suppressed,
+        "dropped": dropped,
+    }
+    return {
+        "exit": code,
+        "cycles": sched.metrics.algorithm_duration,
+        "state": state,
+        "events": events,
+    }
 
 
 def main() -> int:
@@ -199,6 +214,7 @@ def main() -> int:
     if count:
         print(f"scheduling cycle: {count:.0f} cycles, mean {total / count * 1000:.2f} ms")
     print(f"scheduler state at the end: {result['state']}")
+    print(f"events after the shutdown flush: {result['events']}")
     per_pod = sum(writes.values()) / max(len(bound), 1)
     print(f"API writes: {writes} ({per_pod:.2f} per bound pod)")
     print(

@@ -43,8 +43,22 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="development only: plain HTTP, /metrics without authentication",
     )
-    p.add_argument("--kube-api-qps", type=float, default=50.0)
-    p.add_argument("--kube-api-burst", type=int, default=100)
+    p.add_argument(
+        "--kube-api-qps", type=float, default=50.0, help="scheduling client's QPS (bindings first)"
+    )
+    p.add_argument("--kube-api-burst", type=int, default=100, help="scheduling client's burst")
+    p.add_argument(
+        "--events-qps",
+        type=float,
+        default=None,
+        help="event client's own QPS (default: --kube-api-qps, a separate budget)",
+    )
+    p.add_argument(
+        "--events-burst",
+        type=int,
+        default=None,
+        help="event client's burst (default: --kube-api-burst)",
+    )
     p.add_argument(
         "--startup-timeout",
         type=float,

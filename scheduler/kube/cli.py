@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -32,6 +33,7 @@ from scheduler.core.config import ConfigError, SchedulerConfiguration, default_c
 from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.configsource import ConfigMapSource, load_and_build
+from scheduler.kube.discovery import LEASES_V1, discover
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
@@ -72,6 +74,9 @@ class Settings:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4()}")
     bind_address: str | None = "0.0.0.0:10259"
     client: ClientOptions = field(default_factory=ClientOptions)
+    # Events' own client (kube-scheduler's eventClient); None: the scheduling client's limits,
+    # in a separate token bucket
+    event_client: ClientOptions | None = None
     options: Options = field(default_factory=Options)
     builder: Builder = default_builder
     on_ready: Callable[[KubeScheduler, StatusServer], None] | None = None
@@ -113,6 +118,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         lease_name=args.leader_elect_name,
         bind_address=args.bind_address,
         client=ClientOptions(qps=args.kube_api_qps, burst=args.kube_api_burst),
+        event_client=event_client_options(args),
         serving=ServingOptions(
             plain_http=args.insecure_plain_http,
             cert_file=args.tls_cert_file,
@@ -177,6 +183,30 @@ def _read_text(flag: str, path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{flag} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def event_client_options(args: argparse.Namespace) -> ClientOptions | None:
+    """`--events-qps` / `--events-burst`, each defaulting to the scheduling client's value."""
+    qps = getattr(args, "events_qps", None)
+    burst = getattr(args, "events_burst", None)
+    if qps is None and burst is None:
+        return None
+    return ClientOptions(
+        qps=qps if qps is not None else args.kube_api_qps,
+        burst=burst if burst is not None else args.kube_api_burst,
+    )
+
+
+def event_client_for(settings: Settings, client: KubeClient) -> KubeClient:
+    """The event client: same credentials, its own rate limit, connections and user agent."""
+    base = settings.event_client or settings.client
+    options = dataclasses.replace(base, user_agent=f"{base.user_agent}-events")
+    return client.sibling(options)
+
+
+def count_timeouts(metrics: Metrics, **clients: KubeClient) -> None:
+    for name, client in clients.items():
+        client.on_timeout = metrics.client_timeouts.labels(name).inc
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -286,15 +316,17 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         print(f"error: {exc}", file=sys.stderr)
         _close_listener(settings)
         return 2
+    events = event_client_for(settings, client)
     try:
         await wait_for_api(client, settings.startup_timeout)
-        return await _serve(settings, stop, client)
+        return await _serve(settings, stop, client, events)
     except (StartupError, UsageError) as exc:
         log.error("cannot start", error=str(exc))
         print(f"error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1
     finally:
         _close_listener(settings)
+        await events.close()
         await client.close()
 
 
@@ -324,14 +356,19 @@ async def _status_server(
     return server, auth_client
 
 
-async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) -> int:
+async def _serve(
+    settings: Settings, stop: asyncio.Event, client: KubeClient, events: KubeClient
+) -> int:
     metrics = Metrics()
-    recorder = EventRecorder(client)
+    count_timeouts(metrics, scheduling=client, events=events)
+    recorder = EventRecorder(events, metrics=metrics)
     holder: list[KubeScheduler] = []
 
     def apply(config: SchedulerConfiguration, frameworks: dict[str, Framework]) -> None:
         holder[0].apply_config(config, frameworks)
 
+    if not await _check_server_apis(settings, client, recorder):
+        return 1
     try:
         config, frameworks, source = await _load_config(settings, client, metrics, recorder, apply)
     except (ConfigError, ApiError, OSError) as exc:
@@ -371,11 +408,13 @@ async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) ->
     try:
         code = await _lead_and_schedule(sched, elector, stop, metrics, settings)
     finally:
+        # one grace period for everything: bindings, the lease, then the queued Events
+        grace_ends = time.monotonic() + settings.options.shutdown_grace
         sched.stop_scheduling()
         await sched.drain_bindings(settings.options.shutdown_grace)
         if elector is not None:
             await elector.release()
-        await recorder.flush(2.0)
+        await recorder.flush(grace_ends - time.monotonic())
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -387,6 +426,23 @@ async def _serve(settings: Settings, stop: asyncio.Event, client: KubeClient) ->
             await auth_client.close()
         log.info("scheduler stopped", exit_code=code, bound=sched.scheduled)
     return code
+
+
+async def _check_server_apis(
+    settings: Settings, client: KubeClient, recorder: EventRecorder
+) -> bool:
+    """Discover the server's APIs; turn off what it lacks, False if the run cannot work."""
+    apis = await discover(client)
+    recorder.core_v1 = not apis.events_v1
+    if settings.leader_elect and not apis.leases_v1:
+        message = (
+            f"--leader-elect needs {LEASES_V1} Leases (Kubernetes 1.14+), "
+            f"not served by this API server {apis.version}".rstrip()
+        )
+        log.error("cannot start: " + message)
+        print(f"error: {message}", file=sys.stderr)
+        return False
+    return True
 
 
 async def _first(*aws: asyncio.Task[None]) -> asyncio.Task[None]:

@@ -1,10 +1,12 @@
 """events.k8s.io/v1 Events, sent in the background, deduplicated and rate limited.
 
-Like kube's event broadcaster: recording never blocks a scheduling cycle (a bounded queue,
-overflow dropped and counted), the same (object, reason, note) within `dedup_window` is sent
-once (the object is identified by its UID too, so a recreated object starts afresh), and each
-object gets at most `burst` events, refilled one per `refill` seconds (kube's spam filter: 25,
-one per 5 minutes).
+Like kube-scheduler's event broadcaster: Events go through their own client (its own token
+bucket and connections, so they never take a binding's turn), recording never blocks a
+scheduling cycle (a bounded queue of 1,000, overflow dropped and counted), the same (object,
+reason, note) within `dedup_window` is sent once and counted as a repeat (the object is
+identified by its UID too, so a recreated object starts afresh), and each object gets at most
+`burst` events, refilled one per `refill` seconds (kube's spam filter: 25, one per 5 minutes).
+A failed post is retried a few times (transport errors, 5xx), then dropped and counted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import structlog
 
 from scheduler.kube.client import ApiError, KubeClient
+from scheduler.kube.metrics import Metrics
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler.events")
@@ -74,8 +77,15 @@ class EventRecorder:
         burst: int = 25,
         refill: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
+        tries: int = 3,
+        retry_delay: float = 1.0,
     ) -> None:
         self.client = client
+        self.metrics = metrics
+        self.tries = max(1, tries)
+        self.retry_delay = retry_delay
+        self.core_v1 = False  # the server lacks events.k8s.io/v1 (< 1.19): core/v1 Events
         self.instance = instance or f"{COMPONENT}-{socket.gethostname()}"
         self.queue: asyncio.Queue[Obj] = asyncio.Queue(queue_size)
         self.dedup_window = dedup_window
@@ -85,9 +95,13 @@ class EventRecorder:
         self._seen: dict[tuple[str, str, str, str, str], float] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         self.sent = 0
-        self.dropped = 0  # queue overflow
+        self.dropped = 0  # lost to a full queue, or still queued at shutdown
         self.suppressed = 0  # deduplicated or rate limited
-        self.failed = 0
+        self.failed = 0  # given up after `tries` posts
+
+    def _count_drop(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.events_dropped.labels(reason).inc()
 
     def _allow(self, ref: ObjectRef, reason: str, note: str) -> bool:
         now = self.clock()
@@ -127,6 +141,8 @@ class EventRecorder:
         """Queue one Event; False when deduplicated, rate limited or the queue is full."""
         if not self._allow(ref, reason, note):
             self.suppressed += 1
+            if self.metrics is not None:
+                self.metrics.events_aggregated.inc()
             return False
         now = time.time()
         event: Obj = {
@@ -149,27 +165,71 @@ class EventRecorder:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
             self.dropped += 1
+            self._count_drop("queue_full")
             return False
         return True
 
     async def run(self) -> None:
-        """Post queued Events until cancelled; failures are logged, never retried forever."""
+        """Post queued Events until cancelled."""
         while True:
             event = await self.queue.get()
-            ns = event["metadata"]["namespace"]
             try:
-                await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{ns}/events", event)
-                self.sent += 1
-            except ApiError as exc:
-                self.failed += 1
-                log.warning("event not recorded", reason=event["reason"], error=str(exc))
+                await self._post(event)
             finally:
                 self.queue.task_done()
 
-    async def flush(self, timeout: float) -> None:
-        """Wait (bounded) until queued Events are posted."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self.queue.join()
-        except TimeoutError:
-            log.warning("events not flushed", pending=self.queue.qsize())
+    async def _post(self, event: Obj) -> None:
+        ns = event["metadata"]["namespace"]
+        path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+        if self.core_v1:
+            path, event = f"/api/v1/namespaces/{ns}/events", core_v1_event(event)
+        for attempt in range(1, self.tries + 1):
+            try:
+                await self.client.post(path, event)
+                self.sent += 1
+                if self.metrics is not None:
+                    self.metrics.events_sent.inc()
+                return
+            except ApiError as exc:
+                transient = exc.status == 0 or exc.status >= 500 or exc.status == 429
+                if not transient or attempt == self.tries:
+                    self.failed += 1
+                    self._count_drop("failed")
+                    log.warning("event not recorded", reason=event["reason"], error=str(exc))
+                    return
+            await asyncio.sleep(self.retry_delay * attempt)
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait (bounded) until queued Events are posted; True when none is left."""
+        if timeout > 0:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.queue.join()
+                return True
+            except TimeoutError:
+                pass
+        pending = self.queue.qsize()
+        if pending:
+            log.warning("events not flushed", pending=pending)
+            self.dropped += pending
+            if self.metrics is not None:
+                self.metrics.events_dropped.labels("shutdown").inc(pending)
+        return pending == 0
+
+
+def core_v1_event(event: Obj) -> Obj:
+    """The same Event in core/v1's shape (for API servers without events.k8s.io/v1)."""
+    when = str(event["eventTime"]).split(".")[0] + "Z"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": dict(event["metadata"]),
+        "involvedObject": event["regarding"],
+        "reason": event["reason"],
+        "message": event["note"],
+        "type": event["type"],
+        "source": {"component": event["reportingController"]},
+        "firstTimestamp": when,
+        "lastTimestamp": when,
+        "count": 1,
+    }

@@ -1,10 +1,10 @@
 """List+watch of one resource into a handler, like client-go's reflector.
 
-Lists once, then watches from the list's resourceVersion with bookmarks, resuming from the
-last seen resourceVersion when a stream ends or drops. On `410 Gone` (the version left the
-server's window) it lists again and reports objects that disappeared meanwhile as deleted, so
-no ghost survives a re-list. Reconnects back off exponentially with jitter. `synced` is set
-after the first complete list has been delivered.
+Lists once (from the API server's watch cache), then watches from the list's resourceVersion
+with bookmarks, resuming from the last seen resourceVersion when a stream ends or drops. On
+`410 Gone` (the version left the server's window) it lists again and reports objects that
+disappeared meanwhile as deleted, so no ghost survives a re-list. Reconnects back off
+exponentially with jitter. `synced` is set after the first complete list has been delivered.
 """
 
 from __future__ import annotations
@@ -104,8 +104,17 @@ class Reflector:
         return {"fieldSelector": self.field_selector} if self.field_selector else {}
 
     async def list_once(self) -> None:
-        """List everything and reconcile: upsert what is there, delete what is gone."""
-        body = await self.client.get(self.path, self._query())
+        """List everything and reconcile: upsert what is there, delete what is gone.
+
+        The first list asks for `resourceVersion=0`, as client-go's reflector does: the API
+        server answers from its watch cache instead of a quorum read of every object from
+        etcd, and the watch from that version catches up. A re-list (after 410) reads from
+        etcd: the cache may be older than what was already seen.
+        """
+        query = self._query()
+        if self.lists == 0:
+            query["resourceVersion"] = "0"
+        body = await self.client.get(self.path, query)
         items = body.get("items") or []
         seen: set[str] = set()
         for obj in items:

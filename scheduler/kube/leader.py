@@ -19,6 +19,7 @@ import structlog
 
 from scheduler.kube.client import ApiError, KubeClient
 from scheduler.kube.events import micro_time
+from scheduler.kube.ratelimit import Priority
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler.leader")
@@ -75,7 +76,7 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when we hold the Lease afterwards."""
         try:
-            lease = await self.client.get(self.path)
+            lease = await self.client.get(self.path, priority=Priority.LEASE)
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -86,7 +87,9 @@ class LeaderElector:
                 "spec": self._spec(True, 0),
             }
             self._lease = await self.client.post(
-                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body
+                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
+                body,
+                Priority.LEASE,
             )
             self._observe(self._lease)
             self.renewed_at = self.clock()
@@ -103,7 +106,9 @@ class LeaderElector:
         new = dict(lease)
         self._lease = lease
         new["spec"] = self._spec(not ours, transitions if ours else transitions + 1)
-        self._lease = await self.client.put(self.path, new)  # 409 if someone wrote meanwhile
+        self._lease = await self.client.put(
+            self.path, new, Priority.LEASE
+        )  # 409 if someone wrote meanwhile
         self._observe(self._lease)
         self.renewed_at = self.clock()
         return True
@@ -176,7 +181,7 @@ class LeaderElector:
         spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": micro_time()})
         new["spec"] = spec
         try:
-            await self.client.put(self.path, new)
+            await self.client.put(self.path, new, Priority.LEASE)
             log.info("lease released", lease=f"{self.namespace}/{self.name}")
         except ApiError as exc:
             log.warning("lease not released", error=str(exc))

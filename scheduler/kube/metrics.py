@@ -115,9 +115,29 @@ class Metrics:
             ["informer"],
             registry=r,
         )
-        self.events_dropped = Gauge(
+        self.events_sent = Counter(
+            "topo_scheduler_events_sent",
+            "Events written to the API server (through the event client).",
+            registry=r,
+        )
+        self.events_aggregated = Counter(
+            "topo_scheduler_events_aggregated",
+            "Events not sent because an identical one for the same object was sent within "
+            "the deduplication window, or the object's event budget was spent.",
+            registry=r,
+        )
+        self.events_dropped = Counter(
             "topo_scheduler_events_dropped",
-            "Events not sent because the event queue was full.",
+            "Events lost: queue_full (the 1,000-event queue overflowed), failed (the API "
+            "server refused it or retries ran out), shutdown (still queued at exit).",
+            ["reason"],
+            registry=r,
+        )
+        self.client_timeouts = Counter(
+            "topo_scheduler_client_request_timeouts",
+            "API requests sent that got no answer within the client timeout, by client "
+            "(scheduling, events).",
+            ["client"],
             registry=r,
         )
         self.is_leader = Gauge(

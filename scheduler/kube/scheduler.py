@@ -54,6 +54,7 @@ from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
 from scheduler.kube.groups import KubeGroups
 from scheduler.kube.informer import Backoff, Reflector
 from scheduler.kube.metrics import Metrics
+from scheduler.kube.ratelimit import Priority
 from scheduler.kube.volumes import StorageWatches
 
 Obj = dict[str, Any]
@@ -459,7 +460,10 @@ class KubeScheduler(CycleHooks):
         }
         try:
             await self.client.patch(
-                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body, STRATEGIC_PATCH
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                body,
+                STRATEGIC_PATCH,
+                priority=Priority.STATUS,  # after every waiting binding
             )
         except ApiError as exc:
             if exc.status != 404:
@@ -709,7 +713,6 @@ class KubeScheduler(CycleHooks):
         self.metrics.cache_size.labels("pods").set(self.cache.pod_count)
         self.metrics.cache_size.labels("assumed_pods").set(len(self.binding))
         self.metrics.foreign_pending.set(len(self.foreign))
-        self.metrics.events_dropped.set(self.recorder.dropped)
 
 
 class KubeBinder:
@@ -755,7 +758,9 @@ class KubeBinder:
         try:
             # the answer is a Status, not a Pod: only the status code matters
             await owner.client.post(
-                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", binding
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding",
+                binding,
+                priority=Priority.BIND,
             )
         except ApiError as exc:
             if exc.status == 404:

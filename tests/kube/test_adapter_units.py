@@ -16,22 +16,10 @@ from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
-from scheduler.kube.ratelimit import TokenBucket
 from scheduler.kube.scheduler import KubeScheduler
 from scheduler.kube.server import StatusServer, parse_bind_address
 from scheduler.logs import configure
 from tests.emulator import EVENTS, LEASES, Emulator, make_pod
-
-
-def test_token_bucket_burst_then_qps() -> None:
-    now = [0.0]
-    bucket = TokenBucket(qps=10, burst=3, clock=lambda: now[0])
-    waits = [bucket.reserve() for _ in range(5)]
-    assert waits[:3] == [0.0, 0.0, 0.0]
-    assert waits[3] == pytest.approx(0.1) and waits[4] == pytest.approx(0.2)
-    now[0] = 10.0  # refilled, but never above the burst
-    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.reserve() > 0
 
 
 def test_client_honours_retry_after_and_reports_errors(emulator: Emulator) -> None:

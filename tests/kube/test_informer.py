@@ -35,10 +35,12 @@ class ScriptedApi:
 
     def __init__(self) -> None:
         self.lists = 0
+        self.list_queries: list[dict[str, str]] = []
         self.watch_queries: list[dict[str, str]] = []
 
     async def get(self, path: str, query: dict[str, str] | None = None) -> Obj:
         self.lists += 1
+        self.list_queries.append(dict(query or {}))
         if self.lists == 1:
             return {"metadata": {"resourceVersion": "10"}, "items": [_pod("a", 5), _pod("b", 6)]}
         return {"metadata": {"resourceVersion": "50"}, "items": [_pod("b", 20), _pod("c", 40)]}
@@ -71,6 +73,8 @@ def test_relist_after_410_deletes_ghosts_and_resumes_from_bookmarks() -> None:
     first, second = api.watch_queries
     assert first["resourceVersion"] == "10" and first["allowWatchBookmarks"] == "true"
     assert second["resourceVersion"] == "50"
+    # client-go: the first list from the watch cache; after 410 a consistent read from etcd
+    assert api.list_queries == [{"resourceVersion": "0"}, {}]
 
 
 class ClosingApi:

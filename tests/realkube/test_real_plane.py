@@ -1,0 +1,167 @@
+"""`topo-scheduler run` against a real kube-apiserver 1.20 with the chart's RBAC.
+
+What the emulator cannot vouch for: the real binding subresource (annotations copied onto the
+pod), real events.k8s.io/v1 and pods/status validation, RBAC with the restricted token,
+Lease conflicts, an API server restart and the watch cache's 410 after an etcd compaction.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from scheduler.core.topology.schema import ANNOTATION_GPUS
+from tests.realkube.api import Api, HTTPFailure, wait_for
+from tests.realkube.conftest import CONFIG_MAP, GPU_NODES, NAMESPACE, pod
+from tests.realkube.plane import Plane
+
+LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/topo-scheduler"
+
+
+def _pod(api: Api, ns: str, name: str) -> dict[str, Any]:
+    return api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+def _bound(api: Api, ns: str, name: str) -> dict[str, Any] | None:
+    obj = _pod(api, ns, name)
+    return obj if obj["spec"].get("nodeName") else None
+
+
+def _events(api: Api, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
+    items = api.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events").get("items") or []
+    return [e for e in items if e["regarding"]["name"] == name and e["reason"] == reason]
+
+
+def _holder(api: Api) -> str | None:
+    try:
+        return api.get(LEASE)["spec"].get("holderIdentity") or None
+    except HTTPFailure as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def test_binds_gpu_sets_writes_events_and_condition_leaves_others_alone(
+    cluster: Api, namespace: str, start_scheduler: Any
+) -> None:
+    sched = start_scheduler()
+    for name, gpus in (("four", 4), ("two", 2), ("huge", 16)):
+        cluster.post(f"/api/v1/namespaces/{namespace}/pods", pod(name, namespace, gpus=gpus))
+    cluster.post(
+        f"/api/v1/namespaces/{namespace}/pods",
+        pod("foreign", namespace, gpus=1, scheduler="other-scheduler"),
+    )
+    for name, gpus in (("four", 4), ("two", 2)):
+        obj = wait_for(lambda n=name: _bound(cluster, namespace, n), 60, f"{name} bound")
+        assert obj["spec"]["nodeName"] in GPU_NODES
+        # the GPU set travelled on the Binding; the API server copied it onto the pod
+        chosen = [int(i) for i in obj["metadata"]["annotations"][ANNOTATION_GPUS].split(",")]
+        assert len(chosen) == gpus and all(0 <= i < 8 for i in chosen)
+        conditions = {c["type"]: c for c in obj["status"].get("conditions") or []}
+        assert conditions["PodScheduled"]["status"] == "True"  # set by the binding itself
+        (event,) = wait_for(lambda n=name: _events(cluster, namespace, n, "Scheduled"), 30)
+        assert event["type"] == "Normal" and event["reportingController"] == "topo-scheduler"
+        assert event["note"].startswith(
+            f"Successfully assigned {namespace}/{name} to {obj['spec']['nodeName']}"
+        )
+
+    def unschedulable() -> dict[str, Any] | None:
+        conds = _pod(cluster, namespace, "huge")["status"].get("conditions") or []
+        return next((c for c in conds if c["type"] == "PodScheduled"), None)
+
+    condition = wait_for(unschedulable, 30, "PodScheduled=False on huge")
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in condition["message"]
+    (failed,) = wait_for(lambda: _events(cluster, namespace, "huge", "FailedScheduling"), 30)
+    assert failed["type"] == "Warning" and failed["note"] == condition["message"]
+    assert failed["note"].startswith("0/3 nodes are available")
+
+    foreign = _pod(cluster, namespace, "foreign")
+    assert not foreign["spec"].get("nodeName") and not foreign["status"].get("conditions")
+    assert not _events(cluster, namespace, "foreign", "FailedScheduling")
+    assert sched.metric("topo_scheduler_other_scheduler_pending_pods") >= 1
+    assert sched.metric("topo_scheduler_client_request_timeouts_total", client="scheduling") == 0
+    assert sched.stop() == 0
+
+
+def test_config_map_reload_takes_a_new_profile(
+    cluster: Api, namespace: str, start_scheduler: Any
+) -> None:
+    path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{CONFIG_MAP}"
+    original = cluster.get(path)["data"]["config.yaml"]
+    sched = start_scheduler()
+    cluster.post(f"/api/v1/namespaces/{namespace}/pods", pod("first", namespace))
+    cluster.post(
+        f"/api/v1/namespaces/{namespace}/pods", pod("gang", namespace, scheduler="topo-gang")
+    )
+    wait_for(lambda: _bound(cluster, namespace, "first"), 60, "first bound")
+    assert not _bound(cluster, namespace, "gang")  # not ours yet
+    try:
+        cluster.merge_patch(
+            path, {"data": {"config.yaml": original + "- schedulerName: topo-gang\n"}}
+        )
+        wait_for(lambda: _bound(cluster, namespace, "gang"), 30, "gang bound after the reload")
+        assert sched.metric("topo_scheduler_config_reloads_total", result="success") >= 1
+    finally:
+        cluster.merge_patch(path, {"data": {"config.yaml": original}})
+    assert sched.stop() == 0
+
+
+def test_fails_over_between_two_replicas_through_the_lease(
+    cluster: Api, namespace: str, start_scheduler: Any
+) -> None:
+    first = start_scheduler()
+    leader = wait_for(lambda: _holder(cluster), 30, "a Lease holder")
+    second = start_scheduler()
+    wait_for(second.ready, 30, "the standby ready (informers synced)")
+    assert _holder(cluster) == leader
+    assert second.metric("leader_election_master_status", name="topo-scheduler") == 0
+    cluster.post(f"/api/v1/namespaces/{namespace}/pods", pod("before", namespace, gpus=1))
+    wait_for(lambda: _bound(cluster, namespace, "before"), 60, "bound by the first leader")
+    assert first.stop() == 0  # SIGTERM releases the Lease
+    new = wait_for(lambda: (_holder(cluster) or leader) != leader and _holder(cluster), 30)
+    assert new != leader
+    cluster.post(f"/api/v1/namespaces/{namespace}/pods", pod("after", namespace, gpus=1))
+    wait_for(lambda: _bound(cluster, namespace, "after"), 60, "bound by the new leader")
+    assert second.metric("leader_election_master_status", name="topo-scheduler") == 1
+    assert second.stop() == 0
+
+
+def _etcdctl(plane: Plane, *args: str) -> str:
+    out = subprocess.run(
+        ["etcdctl", f"--endpoints={plane.etcd_url}", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin:/usr/local/bin"},
+    )
+    return out.stdout
+
+
+def test_survives_an_apiserver_restart_and_relists_after_410(
+    plane: Plane, cluster: Api, namespace: str, start_scheduler: Any
+) -> None:
+    sched = start_scheduler(leader_elect=False)
+    cluster.post(f"/api/v1/namespaces/{namespace}/pods", pod("before", namespace))
+    wait_for(lambda: _bound(cluster, namespace, "before"), 60, "before bound")
+    relists_before = sched.metric("topo_scheduler_informer_relists_total", informer="pods")
+    plane.stop_apiserver()
+    # move etcd on and compact: the restarted watch cache starts past our resourceVersion,
+    # so resuming the watch answers 410 Gone and the informers must list again
+    for i in range(3):
+        _etcdctl(plane, "put", f"/realkube-test/bump-{i}", "x")
+    status = json.loads(_etcdctl(plane, "endpoint", "status", "-w", "json"))
+    _etcdctl(plane, "compact", str(status[0]["Status"]["header"]["revision"]))
+    plane.start_apiserver()
+    cluster.post(f"/api/v1/namespaces/{namespace}/pods", pod("after", namespace))
+    wait_for(lambda: _bound(cluster, namespace, "after"), 90, "after bound, past the restart")
+    assert sched.alive()
+    wait_for(
+        lambda: (
+            sched.metric("topo_scheduler_informer_relists_total", informer="pods") > relists_before
+        ),
+        30,
+        "a re-list of pods after 410",
+    )
+    assert sched.stop() == 0
