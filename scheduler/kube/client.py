@@ -62,6 +62,10 @@ class ClientOptions:
     extra_headers: dict[str, str] = field(default_factory=dict)
 
 
+class Abandoned(Exception):
+    """A request its caller gave up before it was sent (see `still_wanted`)."""
+
+
 def _error(status: int, data: bytes) -> ApiError:
     try:
         body = json.loads(data) if data else {}
@@ -149,8 +153,13 @@ class KubeClient:
         timeout: float | aiohttp.ClientTimeout,
         priority: int,
         read: bool,
+        still_wanted: Callable[[], bool] | None = None,
     ) -> tuple[aiohttp.ClientResponse, bytes]:
         """Wait for a token (no deadline), then send under `timeout`; retry 429s.
+
+        `still_wanted`, asked right before the request goes out (after the waits for a token
+        and a connection slot): False abandons it (`Abandoned`), e.g. a binding to a node
+        deleted meanwhile.
 
         Returns the response and, when `read`, its body (read under the same deadline).
         Requests go straight to the official client's aiohttp session: its generic request
@@ -176,6 +185,8 @@ class KubeClient:
             await self.limiter.acquire(priority)
             try:
                 async with self._slot(read), asyncio.timeout(deadline):
+                    if still_wanted is not None and not still_wanted():
+                        raise Abandoned(f"{method} {path}: no longer wanted")
                     resp = await self._session().request(
                         method,
                         url,
@@ -222,6 +233,7 @@ class KubeClient:
         content_type: str | None = None,
         timeout: float | None = None,
         priority: int = Priority.DEFAULT,
+        still_wanted: Callable[[], bool] | None = None,
     ) -> Obj:
         """One call; the decoded JSON answer on 2xx, `ApiError` otherwise.
 
@@ -231,7 +243,7 @@ class KubeClient:
         if body is not None and content_type is None:
             content_type = "application/json"
         resp, data = await self._send(
-            method, path, query, body, content_type, t, priority, read=True
+            method, path, query, body, content_type, t, priority, True, still_wanted
         )
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data)
@@ -255,8 +267,16 @@ class KubeClient:
             raise _error(resp.status, data)
         return data
 
-    async def post(self, path: str, body: Obj, priority: int = Priority.DEFAULT) -> Obj:
-        return await self.request("POST", path, body=body, priority=priority)
+    async def post(
+        self,
+        path: str,
+        body: Obj,
+        priority: int = Priority.DEFAULT,
+        still_wanted: Callable[[], bool] | None = None,
+    ) -> Obj:
+        return await self.request(
+            "POST", path, body=body, priority=priority, still_wanted=still_wanted
+        )
 
     async def put(self, path: str, body: Obj, priority: int = Priority.DEFAULT) -> Obj:
         return await self.request("PUT", path, body=body, priority=priority)

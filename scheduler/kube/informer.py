@@ -197,6 +197,12 @@ class Reflector:
                 if exc.status == 410:
                     need_list = True
                     continue
+                if exc.status == 404 and need_list and not self.synced.is_set():
+                    # an API this server does not serve (an older Kubernetes, a CRD not
+                    # installed): nothing to read, and what depends on it is off; looked for
+                    # again from time to time, in case it is installed later
+                    log.info("API not served: treated as empty", informer=self.name)
+                    self.synced.set()
                 # a stream that delivered events before it broke was progress: retry soon
                 failures = 1 if self.progress else failures + 1
                 self.progress = False

@@ -49,7 +49,7 @@ from scheduler.core.topology.schema import (
     ANNOTATION_TOPOLOGY,
     format_gpu_indices,
 )
-from scheduler.kube.client import STRATEGIC_PATCH, ApiError, KubeClient
+from scheduler.kube.client import STRATEGIC_PATCH, Abandoned, ApiError, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
 from scheduler.kube.groups import KubeGroups
 from scheduler.kube.informer import Backoff, Reflector
@@ -741,10 +741,18 @@ class KubeBinder:
 
     async def _post(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
         owner = self.owner
-        if owner.aborting or not owner.cycle.still_assumed(pod):
-            return BindResult(BindOutcome.ABORTED)
-        if not owner._node_live(node):
-            log.info("node gone before binding", pod=pod.key, node=node)
+
+        def still_wanted() -> bool:
+            """Asked again right before the request leaves, after the client's rate-limit
+            wait: a node deleted meanwhile must not receive the pod."""
+            if owner.aborting or not owner.cycle.still_assumed(pod):
+                return False
+            if not owner._node_live(node):
+                log.info("node gone before binding", pod=pod.key, node=node)
+                return False
+            return True
+
+        if not still_wanted():
             return BindResult(BindOutcome.ABORTED)
         metadata: Obj = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
         if gpus:
@@ -761,7 +769,10 @@ class KubeBinder:
                 f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding",
                 binding,
                 priority=Priority.BIND,
+                still_wanted=still_wanted,
             )
+        except Abandoned:
+            return BindResult(BindOutcome.ABORTED)
         except ApiError as exc:
             if exc.status == 404:
                 return BindResult(BindOutcome.GONE)

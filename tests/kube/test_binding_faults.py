@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from plugins import frameworks_for
 from scheduler.core.config import default_config
 from scheduler.core.queue import Where
@@ -84,12 +82,6 @@ def test_conflict_on_a_pod_bound_by_someone_else_drops_it_once_the_watch_shows_i
     asyncio.run(run())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the node-exists check runs before the client's rate-limit wait, so the Binding "
-    "is posted to a node deleted meanwhile; check right before the request (after the "
-    "token is taken) and forget the assumption if the node is gone (fix in the Binder)",
-)
 def test_node_deleted_while_the_binding_waits_for_the_rate_limit(emulator: Emulator) -> None:
     async def run() -> None:
         sched = _scheduler(emulator, ClientOptions(qps=4.0, burst=1))
