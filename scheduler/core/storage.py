@@ -321,6 +321,8 @@ class PersistentVolumeClaim:
     deleting: bool = False
     controller_uid: str = ""  # the uid of its controller owner (ephemeral volumes)
     resource_version: str = ""
+    phase: str = ""  # status.phase: Pending, Bound or Lost
+    attributes_class: str = ""  # spec.volumeAttributesClassName
     raw: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
@@ -363,8 +365,17 @@ class PersistentVolumeClaim:
             deleting=meta.get("deletionTimestamp") is not None,
             controller_uid=controller,
             resource_version=str(meta.get("resourceVersion") or ""),
+            phase=w.text(w.mapping(obj.get("status"), "status").get("phase"), "status.phase"),
+            attributes_class=w.text(
+                spec.get("volumeAttributesClassName"), "spec.volumeAttributesClassName"
+            ),
             raw=obj,
         )
+
+    @property
+    def lost(self) -> bool:
+        """status.phase Lost: the claim's PV is gone (kube's ClaimLost)."""
+        return self.phase == "Lost"
 
     def to_object(self) -> dict[str, Any]:
         """The API object with this value's annotations (what PreBind writes)."""
