@@ -2,8 +2,9 @@
 
 As kube-scheduler 1.33's (`volumezone`): PreFilter collects the topology labels of the PVs
 bound to the pod's `persistentVolumeClaim` volumes (not generic ephemeral ones: kube's
-plugin looks only at `spec.volumes[].persistentVolumeClaim`) (`failure-domain.beta.kubernetes.io/zone|region`,
-`topology.kubernetes.io/zone|region`; a value may list zones joined by `__`), skipping unbound
+plugin looks only at `spec.volumes[].persistentVolumeClaim`): the labels
+`failure-domain.beta.kubernetes.io/zone|region` and `topology.kubernetes.io/zone|region` (a
+value may list zones joined by `__`; one with an empty zone in it is ignored), skipping unbound
 claims of `WaitForFirstConsumer` classes; Filter rejects a node that carries any topology label
 but not a listed value (`node(s) had no available volume zone`). A node without topology
 labels fits (single-zone clusters). Every rejection, PreFilter's and Filter's, is
