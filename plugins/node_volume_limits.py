@@ -6,8 +6,10 @@ driver and volume handle (the PV's `spec.csi`, or, for an unbound claim, the cla
 provisioner and a per-claim handle); a volume already used on the node is not counted twice.
 The limit per driver is the node's CSINode `spec.drivers[].allocatable.count` (or the node's
 `attachable-volumes-csi-<driver>` allocatable, kube's older form); over it the node is
-rejected (`node(s) exceed max volume count`). Inline in-tree volumes migrated to CSI are not
-counted (topo-scheduler does not translate in-tree volumes).
+rejected (`node(s) exceed max volume count`, Unschedulable: preemption may help). A missing
+claim of the pod rejects every node (UnschedulableAndUnresolvable); a generic ephemeral claim
+the pod does not own, or a claim volume without a name, is kube's Error. Inline in-tree
+volumes migrated to CSI are not counted (topo-scheduler does not translate in-tree volumes).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from plugins._volumes import node_mask
+from plugins._volumes import ERROR, UNRESOLVABLE, UNSCHEDULABLE, node_mask
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import NodeInfo, PodInfo
@@ -24,10 +26,15 @@ from scheduler.core.storage import CSINode, StorageState, attach_limit_key
 
 NAME = "NodeVolumeLimits"
 REASON = "node(s) exceed max volume count"
+NO_NAME = "PersistentVolumeClaim had no name"
+CODES: dict[str, str] = {REASON: UNSCHEDULABLE, NO_NAME: ERROR}
+"""kube's status code per fixed reason; a claim lookup failure carries `_NotFound.code`."""
 
 
 class _NotFound(Exception):
-    pass
+    def __init__(self, message: str, code: str = UNRESOLVABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def attachable_volumes(
@@ -36,6 +43,10 @@ def attachable_volumes(
     """kube's filterAttachableVolumes: unique volume name -> attach limit key."""
     for volume in pod.volumes:
         if volume.claim is None:
+            continue
+        if volume.claim == "":
+            if new_pod:
+                raise _NotFound(NO_NAME, ERROR)
             continue
         claim = storage.claim(pod.namespace, volume.claim)
         if claim is None:
@@ -49,7 +60,8 @@ def attachable_volumes(
             if new_pod:
                 raise _NotFound(
                     f"PVC {claim.namespace}/{claim.name} was not created for pod "
-                    f"{pod.namespace}/{pod.name} (pod is not owner)"
+                    f"{pod.namespace}/{pod.name} (pod is not owner)",
+                    ERROR,
                 )
             continue
         driver, handle = "", ""
