@@ -24,6 +24,7 @@ from .objects import (
     claim_volume,
     csi_driver,
     csi_node,
+    ephemeral_volume,
     pv,
     pvc,
     resource_claim,
@@ -34,6 +35,7 @@ Obj = dict[str, Any]
 ZONE = "topology.kubernetes.io/zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 BETA_REGION = "failure-domain.beta.kubernetes.io/region"
+REGION = "topology.kubernetes.io/region"
 
 R_BIND = "node(s) didn't find available persistent volumes to bind"
 R_AFFINITY = "node(s) had volume node affinity conflict"
@@ -257,6 +259,154 @@ VOLUME_BINDING = [
 VOLUME_BINDING[-1].objects[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
 VOLUME_BINDING[-1].message = 'persistentvolumeclaim "c1" is being deleted'
 
+NO_MODE = storage_class("nomode", wait=None)
+
+VOLUME_BINDING += [
+    Case(  # podHasPVCs: a Lost claim, before anything about its binding
+        "claim lost: bound to a PV that is gone",
+        _pod("c1"),
+        [pvc("c1", volume="gone", bound=True, phase="Lost")],
+        message='persistentvolumeclaim "c1" bound to non-existent persistentvolume "gone"',
+    ),
+    Case(
+        "generic ephemeral claim not created yet",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [WFFC],
+        message="waiting for ephemeral volume controller to create the persistentvolumeclaim "
+        '"p-scratch"',
+    ),
+    Case(
+        "generic ephemeral claim owned by another pod",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [WFFC, pvc("p-scratch", class_name="wait", owner_uid="someone-else")],
+        message="PVC default/p-scratch was not created for pod default/p (pod is not owner)",
+    ),
+    Case(
+        "generic ephemeral claim of the pod is provisioned like any other",
+        with_volumes("p", [ephemeral_volume("scratch", "csi")]),
+        [CSI_CLASS, pvc("p-scratch", class_name="csi", owner_uid="uid-default-p")],
+        {"node-a": [], "node-b": []},
+    ),
+    Case(  # every claim is looked up before any binding mode is read
+        "missing claim reported before a class without volumeBindingMode",
+        _pod("c1", "missing"),
+        [NO_MODE, pvc("c1", class_name="nomode")],
+        message='persistentvolumeclaim "missing" not found',
+        disabled=("VolumeRestrictions",),  # it looks the claims up first in the profile
+    ),
+    Case(
+        "class without volumeBindingMode",
+        _pod("c1"),
+        [NO_MODE, pvc("c1", class_name="nomode")],
+        message='VolumeBindingMode not set for StorageClass "nomode"',
+    ),
+    Case(
+        "unbound claim of a class that does not exist waits like an immediate one",
+        _pod("c1"),
+        [pvc("c1", class_name="gone")],
+        message="pod has unbound immediate PersistentVolumeClaims",
+    ),
+    Case(
+        "PV pre-bound to the claim is used only where its affinity allows",
+        _pod("c1"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait"),
+            pv("pv1", class_name="wait", claim=("default", "c1"), hosts=("node-b",)),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(
+        "PV pre-bound to another claim is never matched",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait"), pv("pv1", class_name="wait", claim=("default", "x"))],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "only Available PVs match a claim that is not pre-bound",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait"), pv("pv1", class_name="wait", phase="Released")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "claim selector must match the PV labels",
+        _pod("c1"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait", selector={"tier": "fast"}),
+            pv("slow", class_name="wait", labels={"tier": "slow"}, hosts=("node-a",)),
+            pv("fast", class_name="wait", labels={"tier": "fast"}, hosts=("node-b",)),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(  # FindMatchingVolume with the VolumeAttributesClass feature off (1.33's default)
+        "claim naming a VolumeAttributesClass matches no PV",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait", attributes_class="gold"), pv("pv1", class_name="wait")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "two claims cannot take the same PV",
+        _pod("c1", "c2"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait"),
+            pvc("c2", class_name="wait"),
+            pv("pv-a", class_name="wait", hosts=("node-a",)),
+            pv("pv-b1", class_name="wait", hosts=("node-b",)),
+            pv("pv-b2", class_name="wait", hosts=("node-b",)),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(  # kube's reason order: node conflict, bind conflict, space, missing PV
+        "bound claim on a missing PV and an unbound claim without a match",
+        _pod("c1", "c2"),
+        [WFFC, pvc("c1", volume="gone", bound=True), pvc("c2", class_name="wait")],
+        {"node-a": [R_BIND, R_NO_PV], "node-b": [R_BIND, R_NO_PV]},
+        disabled=("VolumeZone",),
+    ),
+    Case(
+        "selected-node annotation for another node fails before the bound check",
+        _pod("c1", "c2"),
+        [
+            CSI_CLASS,
+            pvc("c1", volume="pv1", bound=True),
+            pv("pv1", claim=("default", "c1"), phase="Bound", hosts=("node-b",)),
+            pvc(
+                "c2", class_name="csi", annotations={"volume.kubernetes.io/selected-node": "node-b"}
+            ),
+        ],
+        {"node-a": [R_AFFINITY, R_BIND], "node-b": []},
+    ),
+    Case(
+        "storage capacity not checked when the driver has no CSIDriver object",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            pvc("c1", class_name="csi", size="10Gi"),
+            capacity("c", "csi", "1Gi", {ZONE: "zone-a"}),
+        ],
+        {"node-a": [], "node-b": []},
+    ),
+    Case(
+        "CSIStorageCapacity without a node topology reaches no node",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            csi_driver("ebs.csi.example"),
+            pvc("c1", class_name="csi"),
+            capacity("c", "csi", "9Gi", None),
+        ],
+        {"node-a": [R_SPACE], "node-b": [R_SPACE]},
+    ),
+    Case(  # provisioning fails on the class before capacity is looked at
+        "class that cannot provision: bind conflict, not a space one",
+        _pod("c1"),
+        [WFFC, csi_driver("kubernetes.io/no-provisioner"), pvc("c1", class_name="wait")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+]
+
 
 def _zone_pod(*claims: str) -> Obj:
     return _pod(*claims)
@@ -319,6 +469,82 @@ VOLUME_ZONE = [
         [storage_class("wait", provisioner="ebs.csi.example"), pvc("c1", class_name="wait")],
         {"beta": [], "ga": [], "plain": []},
         nodes=_zoned_nodes(),
+    ),
+]
+
+VOLUME_ZONE += [
+    Case(
+        "zone and region must both match",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {BETA_ZONE: "us-west1-a", BETA_REGION: "us-east1"}),
+        {"beta": [R_ZONE], "ga": [R_ZONE], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "node with a region label only has no zone for a zonal PV",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {ZONE: "us-west1-a"}),
+        {"region-only": [R_ZONE], "plain": []},
+        nodes=[node("region-only", labels={REGION: "us-west1"}), node("plain")],
+    ),
+    Case(
+        "a label value with an empty zone is ignored",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {ZONE: "us-west1-a__"}),
+        {"beta": [], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "several bound claims: every PV's zone applies",
+        _zone_pod("c1", "c2"),
+        [
+            *_bound("c1", "pv1", {ZONE: "us-west1-a__us-west1-b"}),
+            *_bound("c2", "pv2", {BETA_ZONE: "us-west1-b"}),
+        ],
+        {"beta": [R_ZONE], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(  # kube's VolumeZone reads only spec.volumes[].persistentVolumeClaim
+        "generic ephemeral volume's PV zone is not checked",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [
+            pvc("p-scratch", volume="pv1", bound=True, owner_uid="uid-default-p"),
+            pv("pv1", claim=("default", "p-scratch"), phase="Bound", labels={ZONE: "elsewhere"}),
+        ],
+        {"beta": [], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "unbound claim whose class does not exist",
+        _zone_pod("c1"),
+        [pvc("c1", class_name="gone")],
+        message='storageclass.storage.k8s.io "gone" not found',
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "unbound claim without a class",
+        _zone_pod("c1"),
+        [pvc("c1")],
+        message="PersistentVolumeClaim had no pv name and storageClass name",
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "unbound claim of an Immediate class",
+        _zone_pod("c1"),
+        [IMMEDIATE, pvc("c1", class_name="immediate")],
+        message="PersistentVolume had no name",
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "unbound claim of a class without volumeBindingMode",
+        _zone_pod("c1"),
+        [NO_MODE, pvc("c1", class_name="nomode")],
+        message='VolumeBindingMode not set for StorageClass "nomode"',
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
     ),
 ]
 
