@@ -597,7 +597,70 @@ VOLUME_RESTRICTIONS = [
     ),
 ]
 
+ISCSI_RO = {"name": "d", "iscsi": ISCSI["iscsi"] | {"readOnly": True}}
+RBD_RO = {"name": "d", "rbd": RBD["rbd"] | {"readOnly": True}}
+RBD_DEFAULT_POOL = {"name": "d", "rbd": {"monitors": ["a"], "image": "img"}}
+RBD_EXPLICIT_POOL = {"name": "d", "rbd": {"monitors": ["a"], "pool": "rbd", "image": "img"}}
+EBS_RO = {"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1", "readOnly": True}}
+GCE_OTHER = {"name": "d", "gcePersistentDisk": {"pdName": "disk-2"}}
+RWOP = ("ReadWriteOncePod",)
+
+
+def _rwop_claims(*names: str, modes: tuple[str, ...] = RWOP) -> list[Obj]:
+    return [pvc(n, volume=f"pv-{n}", bound=True, modes=modes) for n in names]
+
+
+def _placed(name: str, *claims: str, node_name: str = "node-a") -> Obj:
+    return with_volumes(
+        name, [claim_volume(f"v{i}", c) for i, c in enumerate(claims)], node_name=node_name
+    )
+
+
+VOLUME_RESTRICTIONS += [
+    _restriction(GCE, GCE_OTHER, False, "different GCE PDs"),
+    _restriction(EBS_RO, EBS_RO, True, "same AWS EBS volume, even both read-only"),
+    _restriction(ISCSI_RO, ISCSI_RO, False, "same ISCSI IQN, both read-only"),
+    _restriction(RBD_RO, RBD_RO, False, "same RBD image, both read-only"),
+    _restriction(RBD_DEFAULT_POOL, RBD_EXPLICIT_POOL, True, "RBD pool defaults to rbd"),
+    _restriction(GCE, EBS, False, "different volume types never conflict"),
+    Case(
+        "missing claim rejects the pod in PreFilter",
+        _pod("absent"),
+        [],
+        message='persistentvolumeclaim "absent" not found',
+    ),
+    Case(
+        "no conflict with a ReadWriteMany claim in use",
+        _pod("rwop", "rwx"),
+        [*_rwop_claims("rwop"), *_rwop_claims("rwx", modes=("ReadWriteMany",))],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "rwx")],
+        disabled=("VolumeBinding", "VolumeZone"),
+    ),
+    Case(
+        "two ReadWriteOncePod claims in use by one pod",
+        _pod("rwop-1", "rwop-2"),
+        _rwop_claims("rwop-1", "rwop-2"),
+        {"node-a": [R_RWOP], "node-b": [R_RWOP]},
+        placed=[_placed("old", "rwop-1", "rwop-2", node_name="node-b")],
+        disabled=("VolumeBinding", "VolumeZone"),
+    ),
+    Case(  # the disk check comes first on a node; the claim check applies everywhere else
+        "disk conflict and ReadWriteOncePod conflict together",
+        with_volumes("p", [GCE, claim_volume("c", "rwop")]),
+        _rwop_claims("rwop"),
+        {"node-a": [R_DISK], "node-b": [R_RWOP]},
+        placed=[
+            with_volumes("old", [GCE], node_name="node-a"),
+            _placed("old2", "rwop", node_name="node-b"),
+        ],
+        disabled=("VolumeBinding", "VolumeZone"),
+    ),
+]
+
 DRIVER = "ebs.csi.example"
+_LOOKUP_ABSENT = 'looking up PVC default/absent: persistentvolumeclaim "absent" not found'
+_NOT_OWNER = "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
 
 
 def _csi_claims(*names: str) -> list[Obj]:
@@ -653,6 +716,101 @@ NODE_VOLUME_LIMITS = [
         [*_csi_claims("a", "new")],
         {"node-a": [], "node-b": []},
         placed=[with_volumes("old", [claim_volume("x", "a")], node_name="node-a")],
+    ),
+]
+
+
+NODE_VOLUME_LIMITS += [
+    Case(
+        "missing claim rejects every node",
+        _pod("absent"),
+        [csi_node("node-a", {DRIVER: 1})],
+        {"node-a": [_LOOKUP_ABSENT], "node-b": [_LOOKUP_ABSENT]},
+        disabled=("VolumeRestrictions", "VolumeBinding", "VolumeZone"),
+    ),
+    Case(
+        "generic ephemeral claim owned by another pod",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [pvc("p-scratch", owner_uid="someone-else")],
+        {"node-a": [_NOT_OWNER], "node-b": [_NOT_OWNER]},
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "generic ephemeral claim counts like any claim",
+        with_volumes("p", [ephemeral_volume("scratch", "csi")]),
+        [
+            *_csi_claims("a"),
+            CSI_CLASS,
+            pvc("p-scratch", class_name="csi", owner_uid="uid-default-p"),
+            csi_node("node-a", {DRIVER: 1}),
+            csi_node("node-b", {DRIVER: 2}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+        placed=[_placed("old", "a"), _placed("old2", "a", node_name="node-b")],
+    ),
+    Case(
+        "claim whose PV is missing counts through its class",
+        _pod("new"),
+        [
+            *_csi_claims("a"),
+            CSI_CLASS,
+            pvc("ghost", class_name="csi", volume="gone", bound=True),
+            *_csi_claims("new"),
+            csi_node("node-a", {DRIVER: 2}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+        placed=[_placed("old", "a", "ghost")],
+        disabled=("VolumeZone",),
+    ),
+    Case(
+        "claim without a PV or a class is not counted",
+        _pod("new"),
+        [*_csi_claims("a", "new"), pvc("classless"), csi_node("node-a", {DRIVER: 2})],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "a", "classless")],
+    ),
+    Case(
+        "a pending claim shared by two pods counts once",
+        _pod("new"),
+        [
+            *_csi_claims("new"),
+            CSI_CLASS,
+            pvc("shared", class_name="csi"),
+            csi_node("node-a", {DRIVER: 2}),
+        ],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "shared"), _placed("old2", "shared")],
+    ),
+    Case(
+        "another driver's volumes do not count",
+        _pod("new"),
+        [
+            *_csi_claims("new"),
+            pvc("g", volume="pv-g", bound=True),
+            pv("pv-g", claim=("default", "g"), phase="Bound", csi=("pd.csi.example", "h-g")),
+            csi_node("node-a", {DRIVER: 1, "pd.csi.example": 1}),
+        ],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "g")],
+    ),
+    Case(
+        "without a CSINode the node's attachable-volumes allocatable is the limit",
+        _pod("new"),
+        [*_csi_claims("a", "new")],
+        {"node-a": [R_LIMIT], "node-b": []},
+        nodes=[
+            node("node-a", extra={attach_limit_key(DRIVER): "1"}),
+            node("node-b", extra={attach_limit_key(DRIVER): "2"}),
+        ],
+        placed=[_placed("old", "a"), _placed("old2", "a", node_name="node-b")],
+    ),
+    Case(
+        "CSINode's count overrides the node's allocatable",
+        _pod("new"),
+        [*_csi_claims("a", "new"), csi_node("node-a", {DRIVER: 2})],
+        {"node-a": [], "node-b": []},
+        nodes=[node("node-a", extra={attach_limit_key(DRIVER): "1"}), node("node-b")],
+        placed=[_placed("old", "a")],
     ),
 ]
 
@@ -824,3 +982,70 @@ def test_pod_volume_errors_name_the_pod_field() -> None:
         match=r"^Pod default/p: spec.volumes\[0\].persistentVolumeClaim.claimName: must be a str",
     ):
         PodInfo.from_object(bad)
+
+
+# ---------------------------------------------------------------------------- status codes
+
+
+def test_status_codes_per_reason_match_kube() -> None:
+    """Which rejections preemption may resolve (Unschedulable) and which not."""
+    from plugins import dynamic_resources, node_volume_limits, volume_restrictions, volume_zone
+    from plugins import volume_binding as vb
+    from plugins._volumes import ERROR, UNRESOLVABLE, UNSCHEDULABLE
+
+    assert vb.CODES == {
+        R_BIND: UNRESOLVABLE,
+        R_AFFINITY: UNRESOLVABLE,
+        R_SPACE: UNRESOLVABLE,
+        R_NO_PV: UNRESOLVABLE,
+        "pod has unbound immediate PersistentVolumeClaims": UNRESOLVABLE,
+    }
+    assert volume_zone.CODES == {R_ZONE: UNRESOLVABLE}
+    assert volume_zone.PREFILTER_CODE == UNRESOLVABLE
+    assert volume_restrictions.CODES == {R_DISK: UNSCHEDULABLE, R_RWOP: UNSCHEDULABLE}
+    assert volume_restrictions.PREFILTER_CODE == UNRESOLVABLE
+    assert node_volume_limits.CODES == {
+        R_LIMIT: UNSCHEDULABLE,
+        "PersistentVolumeClaim had no name": ERROR,
+    }
+    assert dynamic_resources.CODES == {"resourceclaim not available on the node": UNRESOLVABLE}
+
+
+@pytest.mark.parametrize(
+    ("objects", "claim", "code"),
+    [
+        ([], "c1", "UnschedulableAndUnresolvable"),  # not found
+        (
+            [pvc("c1", volume="gone", bound=True, phase="Lost")],
+            "c1",
+            "UnschedulableAndUnresolvable",
+        ),
+        ([IMMEDIATE, pvc("c1", class_name="immediate")], "c1", "UnschedulableAndUnresolvable"),
+        ([NO_MODE, pvc("c1", class_name="nomode")], "c1", "Error"),
+    ],
+)
+def test_volume_binding_prefilter_records_the_status_code(
+    objects: list[Obj], claim: str, code: str
+) -> None:
+    from plugins.volume_binding import CODE_KEY, VolumeBinding
+
+    cache = cluster([node("n")], objects)
+    state = CycleState()
+    result = VolumeBinding().pre_filter(state, PodInfo.from_object(_pod(claim)), cache.snapshot)
+    assert result is not None and result.unschedulable is not None
+    assert state.get(CODE_KEY) == code
+
+
+def test_node_volume_limits_lookup_failures_carry_their_code() -> None:
+    from plugins.node_volume_limits import _NotFound, attachable_volumes
+
+    cache = cluster([node("n")], [pvc("p-scratch", owner_uid="someone-else")])
+    storage = cache.snapshot.storage
+    for p, code in (
+        (_pod("absent"), "UnschedulableAndUnresolvable"),
+        (with_volumes("p", [ephemeral_volume("scratch")]), "Error"),
+        (_pod(""), "Error"),
+    ):
+        with pytest.raises(_NotFound) as info:
+            attachable_volumes(PodInfo.from_object(p), storage, True, {})
+        assert info.value.code == code
