@@ -255,14 +255,23 @@ def requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str])
 
 
 def node_selector_matches_labels(selector: NodeSelector, labels: Mapping[str, str]) -> bool:
-    """kube's volume CheckNodeAffinity: the terms against a node known by its labels only
-    (a matchFields requirement never matches; an empty term matches nothing)."""
+    """kube's volume CheckNodeAffinity: the terms against a node known by its labels only,
+    so with an empty name (`metadata.name In` never matches, `NotIn` always does; another
+    field is invalid and its term skipped); an empty term matches nothing."""
     for term in selector.terms:
-        if term.match_fields or not term.match_expressions:
+        if not term.match_fields and not term.match_expressions:
             continue
-        if all(requirement_matches(r, labels) for r in term.match_expressions):
+        if all(requirement_matches(r, labels) for r in term.match_expressions) and all(
+            r.key == "metadata.name"
+            and r.operator in ("In", "NotIn")
+            and requirement_matches(r, _NAMELESS)
+            for r in term.match_fields
+        ):
             return True
     return False
+
+
+_NAMELESS = {"metadata.name": ""}
 
 
 def attach_limit_key(driver: str) -> str:
@@ -501,8 +510,8 @@ class StorageClass:
         """kube's MatchTopologySelectorTerms: no terms allow every node."""
         if not self.allowed_topologies:
             return True
-        return any(
-            all(labels.get(key) in values for key, values in term)
+        return any(  # an empty term selects no node
+            term and all(labels.get(key) in values for key, values in term)
             for term in self.allowed_topologies
         )
 

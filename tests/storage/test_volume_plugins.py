@@ -399,6 +399,49 @@ VOLUME_BINDING += [
         ],
         {"node-a": [R_SPACE], "node-b": [R_SPACE]},
     ),
+    Case(  # kube's MatchTopologySelectorTerms: an empty term selects nothing
+        "allowedTopologies with an empty term allows no node",
+        _pod("c1"),
+        [
+            storage_class("t", provisioner="ebs.csi.example", topologies=[{}]),
+            pvc("c1", class_name="t"),
+        ],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(  # CheckNodeAffinity sees a node with labels only: its name is empty
+        "PV affinity on metadata.name: In never matches, NotIn always does",
+        _pod("c1", "c2"),
+        [
+            pvc("c1", volume="pv1", bound=True),
+            pv(
+                "pv1",
+                claim=("default", "c1"),
+                phase="Bound",
+                affinity=[
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "NotIn", "values": ["x"]}
+                        ]
+                    }
+                ],
+            ),
+            pvc("c2", volume="pv2", bound=True),
+            pv(
+                "pv2",
+                claim=("default", "c2"),
+                phase="Bound",
+                affinity=[
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-a"]}
+                        ]
+                    },
+                    {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r2"]}]},
+                ],
+            ),
+        ],
+        {"node-a": [R_AFFINITY], "node-b": []},
+    ),
     Case(  # provisioning fails on the class before capacity is looked at
         "class that cannot provision: bind conflict, not a space one",
         _pod("c1"),
