@@ -442,23 +442,27 @@ class VolumeBinding:
     ) -> bool:
         """kube's checkBindings: True when every claim is fully bound; raises when binding
         can no longer succeed (pod deleted, claimRef reset, provisioning given up)."""
-        if not writer.pod_exists(pod.namespace, pod.name, pod.uid):
-            raise VolumeError("binding volumes: pod does not exist any more")
         storage = data.storage
         slot = data.snapshot.index.get(node)
         info = data.snapshot.nodes[slot] if slot is not None else None
         if info is None:
-            raise VolumeError(f'binding volumes: failed to get node "{node}": not found')
+            raise VolumeError(
+                f'binding volumes: failed to get node "{node}": node "{node}" not found'
+            )
+        if not writer.pod_exists(pod.namespace, pod.name, pod.uid):
+            raise VolumeError(
+                f'binding volumes: pod does not exist any more: pod "{pod.name}" not found'
+            )
         labels = info.labels
         for pv, claim in volumes.static:
             api_pv = storage.volumes.get(pv.name)
             api_claim = storage.claims.get(claim.key)
             if api_pv is None or api_claim is None:
                 raise VolumeError("binding volumes: failed to check binding: not found")
+            if not api_pv.node_affinity_matches(labels):  # kube checks it before the claimRef
+                raise VolumeError(_affinity_error(pv.name, node))
             if api_pv.claim_ref is None or not api_pv.claim_ref.uid:
                 raise VolumeError(f'binding volumes: ClaimRef got reset for pv "{pv.name}"')
-            if not api_pv.node_affinity_matches(labels):
-                raise VolumeError(_affinity_error(pv.name, node))
             if not api_claim.fully_bound:
                 return False
         for claim in volumes.provision:
@@ -482,7 +486,10 @@ class VolumeBinding:
 
 
 def _affinity_error(pv: str, node: str) -> str:
-    return f'binding volumes: pv "{pv}" node affinity doesn\'t match node "{node}"'
+    return (
+        f'binding volumes: pv "{pv}" node affinity doesn\'t match node "{node}": '
+        "no matching NodeSelectorTerms"
+    )
 
 
 def _revert(storage: StorageState, volumes: PodVolumes) -> None:

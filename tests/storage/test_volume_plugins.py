@@ -1092,3 +1092,55 @@ def test_node_volume_limits_lookup_failures_carry_their_code() -> None:
         with pytest.raises(_NotFound) as info:
             attachable_volumes(PodInfo.from_object(p), storage, True, {})
         assert info.value.code == code
+
+
+# ---------------------------------------------------------------------------- PreBind's checks
+
+
+class _Writer:
+    def __init__(self, pod_exists: bool = True) -> None:
+        self.exists = pod_exists
+
+    def pod_exists(self, namespace: str, name: str, uid: str) -> bool:
+        return self.exists
+
+
+@pytest.mark.parametrize(
+    ("claim_ref_uid", "rack", "pod_exists", "error"),
+    [
+        ("", "r1", True, 'binding volumes: ClaimRef got reset for pv "pv1"'),
+        # the node affinity is checked before the claimRef, as kube's checkBindings does
+        (
+            "",
+            "r2",
+            True,
+            'binding volumes: pv "pv1" node affinity doesn\'t match node "node-a": '
+            "no matching NodeSelectorTerms",
+        ),
+        ("u", "r1", False, 'binding volumes: pod does not exist any more: pod "p" not found'),
+        ("u", "r1", True, None),
+    ],
+)
+def test_bindings_check_order_and_messages(
+    claim_ref_uid: str, rack: str, pod_exists: bool, error: str | None
+) -> None:
+    from plugins.volume_binding import PodVolumes, VolumeBinding, VolumeError, _State
+
+    affinity = [{"matchExpressions": [{"key": "rack", "operator": "In", "values": [rack]}]}]
+    volume = pv("pv1", class_name="wait", claim=("default", "c1"), affinity=affinity)
+    volume["spec"]["claimRef"]["uid"] = claim_ref_uid
+    cache = cluster(
+        [node("node-a", labels={"rack": "r1"})],
+        [pvc("c1", class_name="wait", volume="pv1", bound=True), volume],
+    )
+    storage = cache.snapshot.storage
+    data = _State(cache.snapshot, storage)
+    claim = storage.claims["default/c1"]
+    volumes = PodVolumes(static=[(storage.volumes["pv1"], claim)])
+    p = PodInfo.from_object(_pod("c1"))
+    check = VolumeBinding()._bound
+    if error is None:
+        assert check(_Writer(pod_exists), data, p, "node-a", volumes)  # type: ignore[arg-type]
+        return
+    with pytest.raises(VolumeError, match="^" + error.replace("(", r"\(") + "$"):
+        check(_Writer(pod_exists), data, p, "node-a", volumes)  # type: ignore[arg-type]
