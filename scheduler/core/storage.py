@@ -50,6 +50,7 @@ __all__ = [
     "ResourceClaim",
     "StorageClass",
     "StorageState",
+    "VolumeAttachment",
     "VolumeWriter",
     "attach_limit_key",
     "node_selector_matches_labels",
@@ -665,6 +666,32 @@ class ResourceClaim:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class VolumeAttachment:
+    """A CSI attachment of a PV to a node (NodeVolumeLimits counts them: a volume stays
+    attached for a while after its pod is gone)."""
+
+    name: str
+    attacher: str
+    node_name: str
+    pv_name: str | None  # spec.source.persistentVolumeName (None: an inline volume)
+
+    @classmethod
+    def from_object(cls, obj: Any) -> VolumeAttachment:
+        w = _Where("VolumeAttachment", obj, namespaced=False)
+        meta = w.meta(obj)
+        spec = w.mapping(obj.get("spec"), "spec")
+        source = w.mapping(spec.get("source"), "spec.source")
+        return cls(
+            name=w.text(meta.get("name"), "metadata.name"),
+            attacher=w.text(spec.get("attacher"), "spec.attacher"),
+            node_name=w.text(spec.get("nodeName"), "spec.nodeName"),
+            pv_name=w.opt_str(
+                source.get("persistentVolumeName"), "spec.source.persistentVolumeName"
+            ),
+        )
+
+
 STORAGE_KINDS: dict[str, Any] = {
     "PersistentVolumeClaim": PersistentVolumeClaim,
     "PersistentVolume": PersistentVolume,
@@ -673,6 +700,7 @@ STORAGE_KINDS: dict[str, Any] = {
     "CSIDriver": CSIDriver,
     "CSIStorageCapacity": CSIStorageCapacity,
     "ResourceClaim": ResourceClaim,
+    "VolumeAttachment": VolumeAttachment,
 }
 """The storage kinds by API kind: each has `from_object` (a typed value, or ModelError)."""
 
@@ -809,6 +837,7 @@ class StorageState:
         self.csi_drivers: dict[str, CSIDriver] = {}
         self.capacities: dict[str, CSIStorageCapacity] = {}
         self.resource_claims: dict[str, ResourceClaim] = {}
+        self.attachments: dict[str, VolumeAttachment] = {}
         self._assumed_claims: dict[str, PersistentVolumeClaim] = {}
         self._assumed_volumes: dict[str, PersistentVolume] = {}
         self._claim_users: dict[str, int] = {}  # claim key -> pods on nodes that use it
@@ -903,6 +932,10 @@ class StorageState:
         self.resource_claims[value.key] = value
         self.generation += 1
 
+    def set_attachment(self, value: VolumeAttachment) -> None:
+        self.attachments[value.name] = value
+        self.generation += 1
+
     def remove(self, kind: type, key: str) -> None:
         """Forget an object deleted from the API (by type and its cache key)."""
         if kind is PersistentVolumeClaim:
@@ -916,6 +949,7 @@ class StorageState:
                 CSIDriver: self.csi_drivers,
                 CSIStorageCapacity: self.capacities,
                 ResourceClaim: self.resource_claims,
+                VolumeAttachment: self.attachments,
             }
             stores[kind].pop(key, None)
             self.generation += 1
@@ -930,6 +964,7 @@ class StorageState:
             CSIDriver: self.set_csi_driver,
             CSIStorageCapacity: self.set_capacity,
             ResourceClaim: self.set_resource_claim,
+            VolumeAttachment: self.set_attachment,
         }
         setters[type(value)](value)
 

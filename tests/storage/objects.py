@@ -187,3 +187,13 @@ def ephemeral_volume(name: str, class_name: str = "wait") -> Obj:
     """A generic ephemeral volume: its claim is named `<pod>-<name>`."""
     template = {"spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class_name}}
     return {"name": name, "ephemeral": {"volumeClaimTemplate": template}}
+
+
+def volume_attachment(name: str, node: str, attacher: str, pv_name: str | None) -> Obj:
+    source: Obj = {} if pv_name is None else {"persistentVolumeName": pv_name}
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": source},
+    }

@@ -29,6 +29,7 @@ from .objects import (
     pvc,
     resource_claim,
     storage_class,
+    volume_attachment,
 )
 
 Obj = dict[str, Any]
@@ -854,6 +855,46 @@ NODE_VOLUME_LIMITS += [
         {"node-a": [], "node-b": []},
         nodes=[node("node-a", extra={attach_limit_key(DRIVER): "1"}), node("node-b")],
         placed=[_placed("old", "a")],
+    ),
+]
+
+
+NODE_VOLUME_LIMITS += [
+    Case(  # a volume stays attached after its pod is gone (kube counts VolumeAttachments)
+        "VolumeAttachments of volumes no pod uses count towards the limit",
+        _pod("new"),
+        [
+            *_csi_claims("a", "b", "new"),
+            volume_attachment("va-a", "node-a", DRIVER, "pv-a"),
+            volume_attachment("va-b", "node-a", DRIVER, "pv-b"),
+            volume_attachment("va-b2", "node-b", DRIVER, "pv-b"),
+            csi_node("node-a", {DRIVER: 2}),
+            csi_node("node-b", {DRIVER: 2}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+    ),
+    Case(
+        "a VolumeAttachment of a volume a pod on the node uses counts once",
+        _pod("new"),
+        [
+            *_csi_claims("a", "new"),
+            volume_attachment("va-a", "node-a", DRIVER, "pv-a"),
+            csi_node("node-a", {DRIVER: 2}),
+        ],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "a")],
+    ),
+    Case(
+        "VolumeAttachments without a PV, of an unknown PV or without an attacher do not count",
+        _pod("new"),
+        [
+            *_csi_claims("new"),
+            volume_attachment("va-inline", "node-a", DRIVER, None),
+            volume_attachment("va-gone", "node-a", DRIVER, "pv-gone"),
+            volume_attachment("va-none", "node-a", "", "pv-new"),
+            csi_node("node-a", {DRIVER: 1}),
+        ],
+        {"node-a": [], "node-b": []},
     ),
 ]
 
