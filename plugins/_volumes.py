@@ -9,7 +9,14 @@ import numpy as np
 from scheduler.core.model import NodeInfo
 from scheduler.core.snapshot import BoolArray, Snapshot
 
-__all__ = ["node_mask"]
+__all__ = ["ERROR", "UNRESOLVABLE", "UNSCHEDULABLE", "node_mask"]
+
+# kube's status codes, recorded per reason by each storage plugin (its `CODES`): preemption
+# can help an `Unschedulable` node, never an `UnschedulableAndUnresolvable` one; `Error` is
+# kube's internal-error status (the scheduling cycle fails with the message).
+UNSCHEDULABLE = "Unschedulable"
+UNRESOLVABLE = "UnschedulableAndUnresolvable"
+ERROR = "Error"
 
 
 def node_mask(

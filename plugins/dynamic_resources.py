@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from plugins._volumes import node_mask
+from plugins._volumes import UNRESOLVABLE, node_mask
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import NodeInfo, NodeSelector, PodInfo
@@ -30,6 +30,10 @@ NOT_CREATED = (
     "topo-scheduler does not allocate ResourceClaims"
 )
 REASON_NODE = "resourceclaim not available on the node"
+CODES: dict[str, str] = {REASON_NODE: UNRESOLVABLE}
+"""kube's status code per reason (its statusUnschedulable is UnschedulableAndUnresolvable);
+the PreFilter refusals above are UnschedulableAndUnresolvable too."""
+PREFILTER_CODE = UNRESOLVABLE
 _STATE = f"{NAME}/selectors"
 
 

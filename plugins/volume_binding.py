@@ -2,16 +2,24 @@
 
 As kube-scheduler 1.33's (`pkg/scheduler/framework/plugins/volumebinding`):
 
-- PreFilter: a claim that does not exist (`persistentvolumeclaim "NAME" not found`), is being
-  deleted, or (generic ephemeral) is not owned by the pod rejects the pod; an unbound claim of
-  an `Immediate` class (`pod has unbound immediate PersistentVolumeClaims`) waits for the PV
-  controller. Bound local volumes whose node affinity names hostnames narrow the nodes.
+- PreFilter first checks every claim (kube's podHasPVCs): one that does not exist
+  (`persistentvolumeclaim "NAME" not found`; for a generic ephemeral volume `waiting for
+  ephemeral volume controller to create the persistentvolumeclaim "NAME"`), whose phase is
+  Lost (`persistentvolumeclaim "NAME" bound to non-existent persistentvolume "PV"`), that is
+  being deleted, or (generic ephemeral) that the pod does not own rejects the pod; then an
+  unbound claim of an `Immediate` class, or of a class that does not exist, or a claim
+  pre-bound to a PV but not bound yet (`pod has unbound immediate PersistentVolumeClaims`)
+  waits for the PV controller. All are UnschedulableAndUnresolvable, except a class without
+  volumeBindingMode (kube's Error status). PreFilter does not narrow the nodes (kube dropped
+  the bound-local-PV shortcut in 1.32: a hostname label need not be the node's name).
 - Filter: bound claims' PVs must accept the node (`node(s) had volume node affinity
   conflict`; a missing PV: `node(s) unavailable due to one or more pvc(s) bound to
   non-existent pv(s)`); unbound `WaitForFirstConsumer` claims need an available matching PV
   on the node or a class that can provision there (`node(s) didn't find available persistent
   volumes to bind`), with free storage where the CSI driver reports CSIStorageCapacity
-  (`node(s) did not have enough free storage`).
+  (`node(s) did not have enough free storage`). Every Filter reason is
+  UnschedulableAndUnresolvable. A claim naming a VolumeAttributesClass matches no PV (that
+  feature is off in 1.33): it can only be provisioned.
 - No Score: kube 1.33 scores only with the StorageCapacityScoring feature gate, off by
   default (its PreScore always skips), so the plugin is not a scorer here.
 - Reserve assumes the choices (PV claimRefs, the claims' selected-node annotation) in the
@@ -29,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from plugins._volumes import ERROR, UNRESOLVABLE
 from scheduler.core.config import ConfigError, strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import NodeInfo, PodInfo
@@ -54,10 +63,26 @@ DEFAULT_BIND_TIMEOUT = 600
 POLL_INTERVAL = 1.0  # kube polls the bindings every second
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 _STATE = f"{NAME}/state"
+CODE_KEY = f"{NAME}/code"
+"""CycleState key of the status code of a PreFilter rejection (see `CODES`)."""
+
+CODES: dict[str, str] = {
+    REASON_BIND_CONFLICT: UNRESOLVABLE,
+    REASON_NODE_CONFLICT: UNRESOLVABLE,
+    REASON_NOT_ENOUGH_SPACE: UNRESOLVABLE,
+    REASON_PV_NOT_EXIST: UNRESOLVABLE,
+    UNBOUND_IMMEDIATE: UNRESOLVABLE,
+}
+"""kube's status code per fixed reason; a PreFilter claim message carries its code on
+`VolumeError.code` (UnschedulableAndUnresolvable, `VolumeBindingMode not set`: Error)."""
 
 
 class VolumeError(Exception):
-    """A claim the pod cannot be scheduled with (kube's UnschedulableAndUnresolvable)."""
+    """A claim the pod cannot be scheduled with, with kube's status code for it."""
+
+    def __init__(self, message: str, code: str = UNRESOLVABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def claim_of_volume(
@@ -66,7 +91,17 @@ def claim_of_volume(
     """The claim a pod volume uses, as kube's podHasPVCs checks it."""
     claim = storage.claim(pod.namespace, claim_name)
     if claim is None:
+        if ephemeral:  # normal right after the pod is created
+            raise VolumeError(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim "
+                f'"{claim_name}"'
+            )
         raise VolumeError(f'persistentvolumeclaim "{claim_name}" not found')
+    if claim.lost:
+        raise VolumeError(
+            f'persistentvolumeclaim "{claim_name}" bound to non-existent persistentvolume '
+            f'"{claim.volume_name}"'
+        )
     if claim.deleting:
         raise VolumeError(f'persistentvolumeclaim "{claim_name}" is being deleted')
     if ephemeral and claim.controller_uid != pod.uid:
@@ -97,20 +132,6 @@ class _State:
     all_bound: bool = True
 
 
-def _local_node_names(pv: PersistentVolume) -> set[str] | None:
-    """kube's GetLocalPersistentVolumeNodeNames: hostnames the PV's affinity requires."""
-    if pv.node_affinity is None:
-        return None
-    result: set[str] = set()
-    for term in pv.node_affinity.terms:
-        nodes: set[str] | None = None
-        for e in term.match_expressions:
-            if e.key == HOSTNAME_LABEL and e.operator == "In":
-                nodes = set(e.values) if nodes is None else nodes & set(e.values)
-        result |= nodes or set()
-    return result or None
-
-
 def _access_modes_fit(claim: PersistentVolumeClaim, pv: PersistentVolume) -> bool:
     return all(mode in pv.access_modes for mode in claim.access_modes)
 
@@ -129,6 +150,8 @@ class ClaimCandidates:
     @classmethod
     def of(cls, claim: PersistentVolumeClaim, volumes: list[PersistentVolume]) -> ClaimCandidates:
         out = cls()
+        if claim.attributes_class:  # FindMatchingVolume without VolumeAttributesClass
+            return out
         requested = claim.request or 0
         for pv in volumes:
             if pv.claim_ref is not None and not pv.bound_to(claim):
@@ -204,45 +227,36 @@ class VolumeBinding:
         storage = snapshot.storage
         data = _State(snapshot, storage)
         state.write(_STATE, data)
-        claims = [v for v in pod.volumes if v.claim is not None]
+        claims = [(v.claim, v.ephemeral) for v in pod.volumes if v.claim is not None]
         if not claims:
             return SKIP
-        immediate = False
         try:
-            for v in claims:
-                assert v.claim is not None
-                claim = claim_of_volume(storage, pod, v.claim, v.ephemeral)
+            # kube's podHasPVCs: every claim first, then their binding modes
+            found = [claim_of_volume(storage, pod, name, eph) for name, eph in claims]
+            immediate = False
+            for claim in found:
                 if claim.fully_bound:
                     data.bound.append(claim)
                     continue
                 cls = storage.classes.get(claim.class_name) if claim.class_name else None
                 if cls is not None and cls.binding_mode is None:
                     raise VolumeError(
-                        f'VolumeBindingMode not set for StorageClass "{claim.class_name}"'
+                        f'VolumeBindingMode not set for StorageClass "{claim.class_name}"', ERROR
                     )
                 if cls is not None and cls.wait_for_first_consumer and not claim.volume_name:
                     data.delayed.append(claim)
                 else:  # prebound claims count as unbound immediate ones, as in kube
                     immediate = True
         except VolumeError as exc:
+            state.write(CODE_KEY, exc.code)
             return PreFilterResult(unschedulable=str(exc))
         if immediate:
+            state.write(CODE_KEY, CODES[UNBOUND_IMMEDIATE])
             return PreFilterResult(unschedulable=UNBOUND_IMMEDIATE)
         for claim in data.delayed:
             if ANN_SELECTED_NODE not in claim.annotations:
                 pvs = storage.volumes_of_class(claim.class_name)
                 data.candidates[claim.key] = ClaimCandidates.of(claim, pvs)
-        eligible: set[str] | None = None
-        for claim in data.bound:
-            pv = storage.volume(claim.volume_name)
-            if pv is None:
-                eligible = None
-                break
-            names = _local_node_names(pv)
-            if names is not None:
-                eligible = names if eligible is None else eligible & names
-        if eligible is not None:
-            return PreFilterResult(node_names=frozenset(eligible))
         return None
 
     # -- Filter ----------------------------------------------------------------------------
@@ -428,23 +442,27 @@ class VolumeBinding:
     ) -> bool:
         """kube's checkBindings: True when every claim is fully bound; raises when binding
         can no longer succeed (pod deleted, claimRef reset, provisioning given up)."""
-        if not writer.pod_exists(pod.namespace, pod.name, pod.uid):
-            raise VolumeError("binding volumes: pod does not exist any more")
         storage = data.storage
         slot = data.snapshot.index.get(node)
         info = data.snapshot.nodes[slot] if slot is not None else None
         if info is None:
-            raise VolumeError(f'binding volumes: failed to get node "{node}": not found')
+            raise VolumeError(
+                f'binding volumes: failed to get node "{node}": node "{node}" not found'
+            )
+        if not writer.pod_exists(pod.namespace, pod.name, pod.uid):
+            raise VolumeError(
+                f'binding volumes: pod does not exist any more: pod "{pod.name}" not found'
+            )
         labels = info.labels
         for pv, claim in volumes.static:
             api_pv = storage.volumes.get(pv.name)
             api_claim = storage.claims.get(claim.key)
             if api_pv is None or api_claim is None:
                 raise VolumeError("binding volumes: failed to check binding: not found")
+            if not api_pv.node_affinity_matches(labels):  # kube checks it before the claimRef
+                raise VolumeError(_affinity_error(pv.name, node))
             if api_pv.claim_ref is None or not api_pv.claim_ref.uid:
                 raise VolumeError(f'binding volumes: ClaimRef got reset for pv "{pv.name}"')
-            if not api_pv.node_affinity_matches(labels):
-                raise VolumeError(_affinity_error(pv.name, node))
             if not api_claim.fully_bound:
                 return False
         for claim in volumes.provision:
@@ -468,7 +486,10 @@ class VolumeBinding:
 
 
 def _affinity_error(pv: str, node: str) -> str:
-    return f'binding volumes: pv "{pv}" node affinity doesn\'t match node "{node}"'
+    return (
+        f'binding volumes: pv "{pv}" node affinity doesn\'t match node "{node}": '
+        "no matching NodeSelectorTerms"
+    )
 
 
 def _revert(storage: StorageState, volumes: PodVolumes) -> None:

@@ -9,6 +9,9 @@ As kube-scheduler 1.33's (`volumerestrictions`):
   (`node(s) had no available disk`): the same GCE PD unless both mount it read-only, the same
   AWS EBS volume, the same ISCSI IQN unless both are read-only, the same RBD image (a shared
   Ceph monitor, same pool and image) unless both are read-only.
+
+Both Filter reasons are Unschedulable (preemption may free the node or the claim); a missing
+claim in PreFilter (`persistentvolumeclaim "NAME" not found`) is UnschedulableAndUnresolvable.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from plugins._volumes import UNRESOLVABLE, UNSCHEDULABLE
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import PodInfo
@@ -30,6 +34,12 @@ REASON_RWOP_CONFLICT = (
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
 )
 _STATE = f"{NAME}/rwop-conflicts"
+CODES: dict[str, str] = {
+    REASON_DISK_CONFLICT: UNSCHEDULABLE,
+    REASON_RWOP_CONFLICT: UNSCHEDULABLE,
+}
+"""kube's status code per reason."""
+PREFILTER_CODE = UNRESOLVABLE
 
 
 def volumes_conflict(volume: PodVolume, existing: PodVolume) -> bool:

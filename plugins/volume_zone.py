@@ -1,11 +1,14 @@
 """VolumeZone: a node must be in the zone (and region) of every bound volume of the pod.
 
 As kube-scheduler 1.33's (`volumezone`): PreFilter collects the topology labels of the PVs
-bound to the pod's claims (`failure-domain.beta.kubernetes.io/zone|region`,
-`topology.kubernetes.io/zone|region`; a value may list zones joined by `__`), skipping unbound
+bound to the pod's `persistentVolumeClaim` volumes (not generic ephemeral ones: kube's
+plugin looks only at `spec.volumes[].persistentVolumeClaim`): the labels
+`failure-domain.beta.kubernetes.io/zone|region` and `topology.kubernetes.io/zone|region` (a
+value may list zones joined by `__`; one with an empty zone in it is ignored), skipping unbound
 claims of `WaitForFirstConsumer` classes; Filter rejects a node that carries any topology label
 but not a listed value (`node(s) had no available volume zone`). A node without topology
-labels fits (single-zone clusters).
+labels fits (single-zone clusters). Every rejection, PreFilter's and Filter's, is
+UnschedulableAndUnresolvable.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from plugins._volumes import node_mask
+from plugins._volumes import UNRESOLVABLE, node_mask
 from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import PodInfo
@@ -29,6 +32,9 @@ REGION = "topology.kubernetes.io/region"
 TOPOLOGY_LABELS = (BETA_ZONE, BETA_REGION, ZONE, REGION)
 _GA = {BETA_ZONE: ZONE, BETA_REGION: REGION}
 _STATE = f"{NAME}/topologies"
+CODES: dict[str, str] = {REASON: UNRESOLVABLE}
+"""kube's status code per reason; PreFilter's claim/PV/class messages: UNRESOLVABLE too."""
+PREFILTER_CODE = UNRESOLVABLE
 
 Topology = tuple[str, frozenset[str]]  # (label key, allowed values)
 
@@ -54,7 +60,7 @@ def pod_topologies(pod: PodInfo, storage: StorageState) -> list[Topology]:
     """kube's getPVbyPod."""
     out: list[Topology] = []
     for volume in pod.volumes:
-        if volume.claim is None:
+        if volume.claim is None or volume.ephemeral:
             continue
         if volume.claim == "":
             raise _Unschedulable("PersistentVolumeClaim had no name")

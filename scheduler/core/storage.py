@@ -50,6 +50,7 @@ __all__ = [
     "ResourceClaim",
     "StorageClass",
     "StorageState",
+    "VolumeAttachment",
     "VolumeWriter",
     "attach_limit_key",
     "node_selector_matches_labels",
@@ -255,14 +256,23 @@ def requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str])
 
 
 def node_selector_matches_labels(selector: NodeSelector, labels: Mapping[str, str]) -> bool:
-    """kube's volume CheckNodeAffinity: the terms against a node known by its labels only
-    (a matchFields requirement never matches; an empty term matches nothing)."""
+    """kube's volume CheckNodeAffinity: the terms against a node known by its labels only,
+    so with an empty name (`metadata.name In` never matches, `NotIn` always does; another
+    field is invalid and its term skipped); an empty term matches nothing."""
     for term in selector.terms:
-        if term.match_fields or not term.match_expressions:
+        if not term.match_fields and not term.match_expressions:
             continue
-        if all(requirement_matches(r, labels) for r in term.match_expressions):
+        if all(requirement_matches(r, labels) for r in term.match_expressions) and all(
+            r.key == "metadata.name"
+            and r.operator in ("In", "NotIn")
+            and requirement_matches(r, _NAMELESS)
+            for r in term.match_fields
+        ):
             return True
     return False
+
+
+_NAMELESS = {"metadata.name": ""}
 
 
 def attach_limit_key(driver: str) -> str:
@@ -321,6 +331,8 @@ class PersistentVolumeClaim:
     deleting: bool = False
     controller_uid: str = ""  # the uid of its controller owner (ephemeral volumes)
     resource_version: str = ""
+    phase: str = ""  # status.phase: Pending, Bound or Lost
+    attributes_class: str = ""  # spec.volumeAttributesClassName
     raw: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
@@ -363,8 +375,17 @@ class PersistentVolumeClaim:
             deleting=meta.get("deletionTimestamp") is not None,
             controller_uid=controller,
             resource_version=str(meta.get("resourceVersion") or ""),
+            phase=w.text(w.mapping(obj.get("status"), "status").get("phase"), "status.phase"),
+            attributes_class=w.text(
+                spec.get("volumeAttributesClassName"), "spec.volumeAttributesClassName"
+            ),
             raw=obj,
         )
+
+    @property
+    def lost(self) -> bool:
+        """status.phase Lost: the claim's PV is gone (kube's ClaimLost)."""
+        return self.phase == "Lost"
 
     def to_object(self) -> dict[str, Any]:
         """The API object with this value's annotations (what PreBind writes)."""
@@ -490,8 +511,8 @@ class StorageClass:
         """kube's MatchTopologySelectorTerms: no terms allow every node."""
         if not self.allowed_topologies:
             return True
-        return any(
-            all(labels.get(key) in values for key, values in term)
+        return any(  # an empty term selects no node
+            term and all(labels.get(key) in values for key, values in term)
             for term in self.allowed_topologies
         )
 
@@ -645,6 +666,32 @@ class ResourceClaim:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class VolumeAttachment:
+    """A CSI attachment of a PV to a node (NodeVolumeLimits counts them: a volume stays
+    attached for a while after its pod is gone)."""
+
+    name: str
+    attacher: str
+    node_name: str
+    pv_name: str | None  # spec.source.persistentVolumeName (None: an inline volume)
+
+    @classmethod
+    def from_object(cls, obj: Any) -> VolumeAttachment:
+        w = _Where("VolumeAttachment", obj, namespaced=False)
+        meta = w.meta(obj)
+        spec = w.mapping(obj.get("spec"), "spec")
+        source = w.mapping(spec.get("source"), "spec.source")
+        return cls(
+            name=w.text(meta.get("name"), "metadata.name"),
+            attacher=w.text(spec.get("attacher"), "spec.attacher"),
+            node_name=w.text(spec.get("nodeName"), "spec.nodeName"),
+            pv_name=w.opt_str(
+                source.get("persistentVolumeName"), "spec.source.persistentVolumeName"
+            ),
+        )
+
+
 STORAGE_KINDS: dict[str, Any] = {
     "PersistentVolumeClaim": PersistentVolumeClaim,
     "PersistentVolume": PersistentVolume,
@@ -653,6 +700,7 @@ STORAGE_KINDS: dict[str, Any] = {
     "CSIDriver": CSIDriver,
     "CSIStorageCapacity": CSIStorageCapacity,
     "ResourceClaim": ResourceClaim,
+    "VolumeAttachment": VolumeAttachment,
 }
 """The storage kinds by API kind: each has `from_object` (a typed value, or ModelError)."""
 
@@ -789,6 +837,7 @@ class StorageState:
         self.csi_drivers: dict[str, CSIDriver] = {}
         self.capacities: dict[str, CSIStorageCapacity] = {}
         self.resource_claims: dict[str, ResourceClaim] = {}
+        self.attachments: dict[str, VolumeAttachment] = {}
         self._assumed_claims: dict[str, PersistentVolumeClaim] = {}
         self._assumed_volumes: dict[str, PersistentVolume] = {}
         self._claim_users: dict[str, int] = {}  # claim key -> pods on nodes that use it
@@ -883,6 +932,10 @@ class StorageState:
         self.resource_claims[value.key] = value
         self.generation += 1
 
+    def set_attachment(self, value: VolumeAttachment) -> None:
+        self.attachments[value.name] = value
+        self.generation += 1
+
     def remove(self, kind: type, key: str) -> None:
         """Forget an object deleted from the API (by type and its cache key)."""
         if kind is PersistentVolumeClaim:
@@ -896,6 +949,7 @@ class StorageState:
                 CSIDriver: self.csi_drivers,
                 CSIStorageCapacity: self.capacities,
                 ResourceClaim: self.resource_claims,
+                VolumeAttachment: self.attachments,
             }
             stores[kind].pop(key, None)
             self.generation += 1
@@ -910,6 +964,7 @@ class StorageState:
             CSIDriver: self.set_csi_driver,
             CSIStorageCapacity: self.set_capacity,
             ResourceClaim: self.set_resource_claim,
+            VolumeAttachment: self.set_attachment,
         }
         setters[type(value)](value)
 

@@ -20,6 +20,9 @@ def pvc(
     annotations: dict[str, str] | None = None,
     owner_uid: str = "",
     uid: str = "",
+    phase: str | None = None,
+    attributes_class: str | None = None,
+    selector: dict[str, str] | None = None,
 ) -> Obj:
     ann = dict(annotations or {})
     if bound:
@@ -31,6 +34,10 @@ def pvc(
         spec["volumeName"] = volume
     if size is not None:
         spec["resources"] = {"requests": {"storage": size}}
+    if attributes_class is not None:
+        spec["volumeAttributesClassName"] = attributes_class
+    if selector is not None:
+        spec["selector"] = {"matchLabels": selector}
     meta: Obj = {
         "name": name,
         "namespace": namespace,
@@ -41,7 +48,10 @@ def pvc(
         meta["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": owner_uid, "controller": True}
         ]
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+    obj: Obj = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj
 
 
 def pv(
@@ -83,17 +93,19 @@ def pv(
 def storage_class(
     name: str,
     *,
-    wait: bool = True,
+    wait: bool | None = True,
     provisioner: str = "kubernetes.io/no-provisioner",
     topologies: list[Obj] | None = None,
 ) -> Obj:
+    """A StorageClass; `wait=None` leaves volumeBindingMode unset."""
     obj: Obj = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {"name": name},
         "provisioner": provisioner,
-        "volumeBindingMode": "WaitForFirstConsumer" if wait else "Immediate",
     }
+    if wait is not None:
+        obj["volumeBindingMode"] = "WaitForFirstConsumer" if wait else "Immediate"
     if topologies is not None:
         obj["allowedTopologies"] = topologies
     return obj
@@ -169,3 +181,19 @@ def resource_claim(
 
 def claim_volume(name: str, claim: str) -> Obj:
     return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+
+
+def ephemeral_volume(name: str, class_name: str = "wait") -> Obj:
+    """A generic ephemeral volume: its claim is named `<pod>-<name>`."""
+    template = {"spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class_name}}
+    return {"name": name, "ephemeral": {"volumeClaimTemplate": template}}
+
+
+def volume_attachment(name: str, node: str, attacher: str, pv_name: str | None) -> Obj:
+    source: Obj = {} if pv_name is None else {"persistentVolumeName": pv_name}
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": source},
+    }

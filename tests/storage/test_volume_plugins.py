@@ -24,16 +24,19 @@ from .objects import (
     claim_volume,
     csi_driver,
     csi_node,
+    ephemeral_volume,
     pv,
     pvc,
     resource_claim,
     storage_class,
+    volume_attachment,
 )
 
 Obj = dict[str, Any]
 ZONE = "topology.kubernetes.io/zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 BETA_REGION = "failure-domain.beta.kubernetes.io/region"
+REGION = "topology.kubernetes.io/region"
 
 R_BIND = "node(s) didn't find available persistent volumes to bind"
 R_AFFINITY = "node(s) had volume node affinity conflict"
@@ -45,7 +48,6 @@ R_RWOP = (
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
 )
 R_LIMIT = "node(s) exceed max volume count"
-R_ABSENT = "node(s) didn't satisfy plugin(s) [VolumeBinding]"
 
 
 def with_volumes(name: str, volumes: list[Obj], **kw: Any) -> Obj:
@@ -106,14 +108,14 @@ VOLUME_BINDING = [
         [pvc("c1", volume="pv1", bound=True), pv("pv1", claim=("default", "c1"), phase="Bound")],
         {"node-a": [], "node-b": []},
     ),
-    Case(
-        "all bound with local volumes narrows the nodes",
+    Case(  # kube >= 1.32 no longer narrows the nodes in PreFilter for a bound local PV
+        "all bound with a local volume: the other node fails Filter",
         _pod("c1"),
         [
             pvc("c1", volume="pv1", bound=True),
             pv("pv1", claim=("default", "c1"), phase="Bound", hosts=("node-a",)),
         ],
-        {"node-a": [], "node-b": [R_ABSENT]},
+        {"node-a": [], "node-b": [R_AFFINITY]},
     ),
     Case(
         "PVC does not exist",
@@ -258,6 +260,197 @@ VOLUME_BINDING = [
 VOLUME_BINDING[-1].objects[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
 VOLUME_BINDING[-1].message = 'persistentvolumeclaim "c1" is being deleted'
 
+NO_MODE = storage_class("nomode", wait=None)
+
+VOLUME_BINDING += [
+    Case(  # podHasPVCs: a Lost claim, before anything about its binding
+        "claim lost: bound to a PV that is gone",
+        _pod("c1"),
+        [pvc("c1", volume="gone", bound=True, phase="Lost")],
+        message='persistentvolumeclaim "c1" bound to non-existent persistentvolume "gone"',
+    ),
+    Case(
+        "generic ephemeral claim not created yet",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [WFFC],
+        message="waiting for ephemeral volume controller to create the persistentvolumeclaim "
+        '"p-scratch"',
+    ),
+    Case(
+        "generic ephemeral claim owned by another pod",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [WFFC, pvc("p-scratch", class_name="wait", owner_uid="someone-else")],
+        message="PVC default/p-scratch was not created for pod default/p (pod is not owner)",
+    ),
+    Case(
+        "generic ephemeral claim of the pod is provisioned like any other",
+        with_volumes("p", [ephemeral_volume("scratch", "csi")]),
+        [CSI_CLASS, pvc("p-scratch", class_name="csi", owner_uid="uid-default-p")],
+        {"node-a": [], "node-b": []},
+    ),
+    Case(  # every claim is looked up before any binding mode is read
+        "missing claim reported before a class without volumeBindingMode",
+        _pod("c1", "missing"),
+        [NO_MODE, pvc("c1", class_name="nomode")],
+        message='persistentvolumeclaim "missing" not found',
+        disabled=("VolumeRestrictions",),  # it looks the claims up first in the profile
+    ),
+    Case(
+        "class without volumeBindingMode",
+        _pod("c1"),
+        [NO_MODE, pvc("c1", class_name="nomode")],
+        message='VolumeBindingMode not set for StorageClass "nomode"',
+    ),
+    Case(
+        "unbound claim of a class that does not exist waits like an immediate one",
+        _pod("c1"),
+        [pvc("c1", class_name="gone")],
+        message="pod has unbound immediate PersistentVolumeClaims",
+    ),
+    Case(
+        "PV pre-bound to the claim is used only where its affinity allows",
+        _pod("c1"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait"),
+            pv("pv1", class_name="wait", claim=("default", "c1"), hosts=("node-b",)),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(
+        "PV pre-bound to another claim is never matched",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait"), pv("pv1", class_name="wait", claim=("default", "x"))],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "only Available PVs match a claim that is not pre-bound",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait"), pv("pv1", class_name="wait", phase="Released")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "claim selector must match the PV labels",
+        _pod("c1"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait", selector={"tier": "fast"}),
+            pv("slow", class_name="wait", labels={"tier": "slow"}, hosts=("node-a",)),
+            pv("fast", class_name="wait", labels={"tier": "fast"}, hosts=("node-b",)),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(  # FindMatchingVolume with the VolumeAttributesClass feature off (1.33's default)
+        "claim naming a VolumeAttributesClass matches no PV",
+        _pod("c1"),
+        [WFFC, pvc("c1", class_name="wait", attributes_class="gold"), pv("pv1", class_name="wait")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(
+        "two claims cannot take the same PV",
+        _pod("c1", "c2"),
+        [
+            WFFC,
+            pvc("c1", class_name="wait"),
+            pvc("c2", class_name="wait"),
+            pv("pv-a", class_name="wait", hosts=("node-a",)),
+            pv("pv-b1", class_name="wait", hosts=("node-b",)),
+            pv("pv-b2", class_name="wait", hosts=("node-b",)),
+        ],
+        {"node-a": [R_BIND], "node-b": []},
+    ),
+    Case(  # kube's reason order: node conflict, bind conflict, space, missing PV
+        "bound claim on a missing PV and an unbound claim without a match",
+        _pod("c1", "c2"),
+        [WFFC, pvc("c1", volume="gone", bound=True), pvc("c2", class_name="wait")],
+        {"node-a": [R_BIND, R_NO_PV], "node-b": [R_BIND, R_NO_PV]},
+        disabled=("VolumeZone",),
+    ),
+    Case(
+        "selected-node annotation for another node fails before the bound check",
+        _pod("c1", "c2"),
+        [
+            CSI_CLASS,
+            pvc("c1", volume="pv1", bound=True),
+            pv("pv1", claim=("default", "c1"), phase="Bound", hosts=("node-b",)),
+            pvc(
+                "c2", class_name="csi", annotations={"volume.kubernetes.io/selected-node": "node-b"}
+            ),
+        ],
+        {"node-a": [R_AFFINITY, R_BIND], "node-b": []},
+    ),
+    Case(
+        "storage capacity not checked when the driver has no CSIDriver object",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            pvc("c1", class_name="csi", size="10Gi"),
+            capacity("c", "csi", "1Gi", {ZONE: "zone-a"}),
+        ],
+        {"node-a": [], "node-b": []},
+    ),
+    Case(
+        "CSIStorageCapacity without a node topology reaches no node",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            csi_driver("ebs.csi.example"),
+            pvc("c1", class_name="csi"),
+            capacity("c", "csi", "9Gi", None),
+        ],
+        {"node-a": [R_SPACE], "node-b": [R_SPACE]},
+    ),
+    Case(  # kube's MatchTopologySelectorTerms: an empty term selects nothing
+        "allowedTopologies with an empty term allows no node",
+        _pod("c1"),
+        [
+            storage_class("t", provisioner="ebs.csi.example", topologies=[{}]),
+            pvc("c1", class_name="t"),
+        ],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+    Case(  # CheckNodeAffinity sees a node with labels only: its name is empty
+        "PV affinity on metadata.name: In never matches, NotIn always does",
+        _pod("c1", "c2"),
+        [
+            pvc("c1", volume="pv1", bound=True),
+            pv(
+                "pv1",
+                claim=("default", "c1"),
+                phase="Bound",
+                affinity=[
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "NotIn", "values": ["x"]}
+                        ]
+                    }
+                ],
+            ),
+            pvc("c2", volume="pv2", bound=True),
+            pv(
+                "pv2",
+                claim=("default", "c2"),
+                phase="Bound",
+                affinity=[
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-a"]}
+                        ]
+                    },
+                    {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r2"]}]},
+                ],
+            ),
+        ],
+        {"node-a": [R_AFFINITY], "node-b": []},
+    ),
+    Case(  # provisioning fails on the class before capacity is looked at
+        "class that cannot provision: bind conflict, not a space one",
+        _pod("c1"),
+        [WFFC, csi_driver("kubernetes.io/no-provisioner"), pvc("c1", class_name="wait")],
+        {"node-a": [R_BIND], "node-b": [R_BIND]},
+    ),
+]
+
 
 def _zone_pod(*claims: str) -> Obj:
     return _pod(*claims)
@@ -323,6 +516,82 @@ VOLUME_ZONE = [
     ),
 ]
 
+VOLUME_ZONE += [
+    Case(
+        "zone and region must both match",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {BETA_ZONE: "us-west1-a", BETA_REGION: "us-east1"}),
+        {"beta": [R_ZONE], "ga": [R_ZONE], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "node with a region label only has no zone for a zonal PV",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {ZONE: "us-west1-a"}),
+        {"region-only": [R_ZONE], "plain": []},
+        nodes=[node("region-only", labels={REGION: "us-west1"}), node("plain")],
+    ),
+    Case(
+        "a label value with an empty zone is ignored",
+        _zone_pod("c1"),
+        _bound("c1", "pv1", {ZONE: "us-west1-a__"}),
+        {"beta": [], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "several bound claims: every PV's zone applies",
+        _zone_pod("c1", "c2"),
+        [
+            *_bound("c1", "pv1", {ZONE: "us-west1-a__us-west1-b"}),
+            *_bound("c2", "pv2", {BETA_ZONE: "us-west1-b"}),
+        ],
+        {"beta": [R_ZONE], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(  # kube's VolumeZone reads only spec.volumes[].persistentVolumeClaim
+        "generic ephemeral volume's PV zone is not checked",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [
+            pvc("p-scratch", volume="pv1", bound=True, owner_uid="uid-default-p"),
+            pv("pv1", claim=("default", "p-scratch"), phase="Bound", labels={ZONE: "elsewhere"}),
+        ],
+        {"beta": [], "ga": [], "plain": []},
+        nodes=_zoned_nodes(),
+    ),
+    Case(
+        "unbound claim whose class does not exist",
+        _zone_pod("c1"),
+        [pvc("c1", class_name="gone")],
+        message='storageclass.storage.k8s.io "gone" not found',
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "unbound claim without a class",
+        _zone_pod("c1"),
+        [pvc("c1")],
+        message="PersistentVolumeClaim had no pv name and storageClass name",
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "unbound claim of an Immediate class",
+        _zone_pod("c1"),
+        [IMMEDIATE, pvc("c1", class_name="immediate")],
+        message="PersistentVolume had no name",
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "unbound claim of a class without volumeBindingMode",
+        _zone_pod("c1"),
+        [NO_MODE, pvc("c1", class_name="nomode")],
+        message='VolumeBindingMode not set for StorageClass "nomode"',
+        nodes=_zoned_nodes(),
+        disabled=("VolumeBinding",),
+    ),
+]
+
 GCE = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1"}}
 GCE_RO = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1", "readOnly": True}}
 EBS = {"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1"}}
@@ -372,7 +641,70 @@ VOLUME_RESTRICTIONS = [
     ),
 ]
 
+ISCSI_RO = {"name": "d", "iscsi": ISCSI["iscsi"] | {"readOnly": True}}
+RBD_RO = {"name": "d", "rbd": RBD["rbd"] | {"readOnly": True}}
+RBD_DEFAULT_POOL = {"name": "d", "rbd": {"monitors": ["a"], "image": "img"}}
+RBD_EXPLICIT_POOL = {"name": "d", "rbd": {"monitors": ["a"], "pool": "rbd", "image": "img"}}
+EBS_RO = {"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1", "readOnly": True}}
+GCE_OTHER = {"name": "d", "gcePersistentDisk": {"pdName": "disk-2"}}
+RWOP = ("ReadWriteOncePod",)
+
+
+def _rwop_claims(*names: str, modes: tuple[str, ...] = RWOP) -> list[Obj]:
+    return [pvc(n, volume=f"pv-{n}", bound=True, modes=modes) for n in names]
+
+
+def _placed(name: str, *claims: str, node_name: str = "node-a") -> Obj:
+    return with_volumes(
+        name, [claim_volume(f"v{i}", c) for i, c in enumerate(claims)], node_name=node_name
+    )
+
+
+VOLUME_RESTRICTIONS += [
+    _restriction(GCE, GCE_OTHER, False, "different GCE PDs"),
+    _restriction(EBS_RO, EBS_RO, True, "same AWS EBS volume, even both read-only"),
+    _restriction(ISCSI_RO, ISCSI_RO, False, "same ISCSI IQN, both read-only"),
+    _restriction(RBD_RO, RBD_RO, False, "same RBD image, both read-only"),
+    _restriction(RBD_DEFAULT_POOL, RBD_EXPLICIT_POOL, True, "RBD pool defaults to rbd"),
+    _restriction(GCE, EBS, False, "different volume types never conflict"),
+    Case(
+        "missing claim rejects the pod in PreFilter",
+        _pod("absent"),
+        [],
+        message='persistentvolumeclaim "absent" not found',
+    ),
+    Case(
+        "no conflict with a ReadWriteMany claim in use",
+        _pod("rwop", "rwx"),
+        [*_rwop_claims("rwop"), *_rwop_claims("rwx", modes=("ReadWriteMany",))],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "rwx")],
+        disabled=("VolumeBinding", "VolumeZone"),
+    ),
+    Case(
+        "two ReadWriteOncePod claims in use by one pod",
+        _pod("rwop-1", "rwop-2"),
+        _rwop_claims("rwop-1", "rwop-2"),
+        {"node-a": [R_RWOP], "node-b": [R_RWOP]},
+        placed=[_placed("old", "rwop-1", "rwop-2", node_name="node-b")],
+        disabled=("VolumeBinding", "VolumeZone"),
+    ),
+    Case(  # the disk check comes first on a node; the claim check applies everywhere else
+        "disk conflict and ReadWriteOncePod conflict together",
+        with_volumes("p", [GCE, claim_volume("c", "rwop")]),
+        _rwop_claims("rwop"),
+        {"node-a": [R_DISK], "node-b": [R_RWOP]},
+        placed=[
+            with_volumes("old", [GCE], node_name="node-a"),
+            _placed("old2", "rwop", node_name="node-b"),
+        ],
+        disabled=("VolumeBinding", "VolumeZone"),
+    ),
+]
+
 DRIVER = "ebs.csi.example"
+_LOOKUP_ABSENT = 'looking up PVC default/absent: persistentvolumeclaim "absent" not found'
+_NOT_OWNER = "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
 
 
 def _csi_claims(*names: str) -> list[Obj]:
@@ -428,6 +760,141 @@ NODE_VOLUME_LIMITS = [
         [*_csi_claims("a", "new")],
         {"node-a": [], "node-b": []},
         placed=[with_volumes("old", [claim_volume("x", "a")], node_name="node-a")],
+    ),
+]
+
+
+NODE_VOLUME_LIMITS += [
+    Case(
+        "missing claim rejects every node",
+        _pod("absent"),
+        [csi_node("node-a", {DRIVER: 1})],
+        {"node-a": [_LOOKUP_ABSENT], "node-b": [_LOOKUP_ABSENT]},
+        disabled=("VolumeRestrictions", "VolumeBinding", "VolumeZone"),
+    ),
+    Case(
+        "generic ephemeral claim owned by another pod",
+        with_volumes("p", [ephemeral_volume("scratch")]),
+        [pvc("p-scratch", owner_uid="someone-else")],
+        {"node-a": [_NOT_OWNER], "node-b": [_NOT_OWNER]},
+        disabled=("VolumeBinding",),
+    ),
+    Case(
+        "generic ephemeral claim counts like any claim",
+        with_volumes("p", [ephemeral_volume("scratch", "csi")]),
+        [
+            *_csi_claims("a"),
+            CSI_CLASS,
+            pvc("p-scratch", class_name="csi", owner_uid="uid-default-p"),
+            csi_node("node-a", {DRIVER: 1}),
+            csi_node("node-b", {DRIVER: 2}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+        placed=[_placed("old", "a"), _placed("old2", "a", node_name="node-b")],
+    ),
+    Case(
+        "claim whose PV is missing counts through its class",
+        _pod("new"),
+        [
+            *_csi_claims("a"),
+            CSI_CLASS,
+            pvc("ghost", class_name="csi", volume="gone", bound=True),
+            *_csi_claims("new"),
+            csi_node("node-a", {DRIVER: 2}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+        placed=[_placed("old", "a", "ghost")],
+        disabled=("VolumeZone",),
+    ),
+    Case(
+        "claim without a PV or a class is not counted",
+        _pod("new"),
+        [*_csi_claims("a", "new"), pvc("classless"), csi_node("node-a", {DRIVER: 2})],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "a", "classless")],
+    ),
+    Case(
+        "a pending claim shared by two pods counts once",
+        _pod("new"),
+        [
+            *_csi_claims("new"),
+            CSI_CLASS,
+            pvc("shared", class_name="csi"),
+            csi_node("node-a", {DRIVER: 2}),
+        ],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "shared"), _placed("old2", "shared")],
+    ),
+    Case(
+        "another driver's volumes do not count",
+        _pod("new"),
+        [
+            *_csi_claims("new"),
+            pvc("g", volume="pv-g", bound=True),
+            pv("pv-g", claim=("default", "g"), phase="Bound", csi=("pd.csi.example", "h-g")),
+            csi_node("node-a", {DRIVER: 1, "pd.csi.example": 1}),
+        ],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "g")],
+    ),
+    Case(
+        "without a CSINode the node's attachable-volumes allocatable is the limit",
+        _pod("new"),
+        [*_csi_claims("a", "new")],
+        {"node-a": [R_LIMIT], "node-b": []},
+        nodes=[
+            node("node-a", extra={attach_limit_key(DRIVER): "1"}),
+            node("node-b", extra={attach_limit_key(DRIVER): "2"}),
+        ],
+        placed=[_placed("old", "a"), _placed("old2", "a", node_name="node-b")],
+    ),
+    Case(
+        "CSINode's count overrides the node's allocatable",
+        _pod("new"),
+        [*_csi_claims("a", "new"), csi_node("node-a", {DRIVER: 2})],
+        {"node-a": [], "node-b": []},
+        nodes=[node("node-a", extra={attach_limit_key(DRIVER): "1"}), node("node-b")],
+        placed=[_placed("old", "a")],
+    ),
+]
+
+
+NODE_VOLUME_LIMITS += [
+    Case(  # a volume stays attached after its pod is gone (kube counts VolumeAttachments)
+        "VolumeAttachments of volumes no pod uses count towards the limit",
+        _pod("new"),
+        [
+            *_csi_claims("a", "b", "new"),
+            volume_attachment("va-a", "node-a", DRIVER, "pv-a"),
+            volume_attachment("va-b", "node-a", DRIVER, "pv-b"),
+            volume_attachment("va-b2", "node-b", DRIVER, "pv-b"),
+            csi_node("node-a", {DRIVER: 2}),
+            csi_node("node-b", {DRIVER: 2}),
+        ],
+        {"node-a": [R_LIMIT], "node-b": []},
+    ),
+    Case(
+        "a VolumeAttachment of a volume a pod on the node uses counts once",
+        _pod("new"),
+        [
+            *_csi_claims("a", "new"),
+            volume_attachment("va-a", "node-a", DRIVER, "pv-a"),
+            csi_node("node-a", {DRIVER: 2}),
+        ],
+        {"node-a": [], "node-b": []},
+        placed=[_placed("old", "a")],
+    ),
+    Case(
+        "VolumeAttachments without a PV, of an unknown PV or without an attacher do not count",
+        _pod("new"),
+        [
+            *_csi_claims("new"),
+            volume_attachment("va-inline", "node-a", DRIVER, None),
+            volume_attachment("va-gone", "node-a", DRIVER, "pv-gone"),
+            volume_attachment("va-none", "node-a", "", "pv-new"),
+            csi_node("node-a", {DRIVER: 1}),
+        ],
+        {"node-a": [], "node-b": []},
     ),
 ]
 
@@ -599,3 +1066,122 @@ def test_pod_volume_errors_name_the_pod_field() -> None:
         match=r"^Pod default/p: spec.volumes\[0\].persistentVolumeClaim.claimName: must be a str",
     ):
         PodInfo.from_object(bad)
+
+
+# ---------------------------------------------------------------------------- status codes
+
+
+def test_status_codes_per_reason_match_kube() -> None:
+    """Which rejections preemption may resolve (Unschedulable) and which not."""
+    from plugins import dynamic_resources, node_volume_limits, volume_restrictions, volume_zone
+    from plugins import volume_binding as vb
+    from plugins._volumes import ERROR, UNRESOLVABLE, UNSCHEDULABLE
+
+    assert vb.CODES == {
+        R_BIND: UNRESOLVABLE,
+        R_AFFINITY: UNRESOLVABLE,
+        R_SPACE: UNRESOLVABLE,
+        R_NO_PV: UNRESOLVABLE,
+        "pod has unbound immediate PersistentVolumeClaims": UNRESOLVABLE,
+    }
+    assert volume_zone.CODES == {R_ZONE: UNRESOLVABLE}
+    assert volume_zone.PREFILTER_CODE == UNRESOLVABLE
+    assert volume_restrictions.CODES == {R_DISK: UNSCHEDULABLE, R_RWOP: UNSCHEDULABLE}
+    assert volume_restrictions.PREFILTER_CODE == UNRESOLVABLE
+    assert node_volume_limits.CODES == {
+        R_LIMIT: UNSCHEDULABLE,
+        "PersistentVolumeClaim had no name": ERROR,
+    }
+    assert dynamic_resources.CODES == {"resourceclaim not available on the node": UNRESOLVABLE}
+
+
+@pytest.mark.parametrize(
+    ("objects", "claim", "code"),
+    [
+        ([], "c1", "UnschedulableAndUnresolvable"),  # not found
+        (
+            [pvc("c1", volume="gone", bound=True, phase="Lost")],
+            "c1",
+            "UnschedulableAndUnresolvable",
+        ),
+        ([IMMEDIATE, pvc("c1", class_name="immediate")], "c1", "UnschedulableAndUnresolvable"),
+        ([NO_MODE, pvc("c1", class_name="nomode")], "c1", "Error"),
+    ],
+)
+def test_volume_binding_prefilter_records_the_status_code(
+    objects: list[Obj], claim: str, code: str
+) -> None:
+    from plugins.volume_binding import CODE_KEY, VolumeBinding
+
+    cache = cluster([node("n")], objects)
+    state = CycleState()
+    result = VolumeBinding().pre_filter(state, PodInfo.from_object(_pod(claim)), cache.snapshot)
+    assert result is not None and result.unschedulable is not None
+    assert state.get(CODE_KEY) == code
+
+
+def test_node_volume_limits_lookup_failures_carry_their_code() -> None:
+    from plugins.node_volume_limits import _NotFound, attachable_volumes
+
+    cache = cluster([node("n")], [pvc("p-scratch", owner_uid="someone-else")])
+    storage = cache.snapshot.storage
+    for p, code in (
+        (_pod("absent"), "UnschedulableAndUnresolvable"),
+        (with_volumes("p", [ephemeral_volume("scratch")]), "Error"),
+        (_pod(""), "Error"),
+    ):
+        with pytest.raises(_NotFound) as info:
+            attachable_volumes(PodInfo.from_object(p), storage, True, {})
+        assert info.value.code == code
+
+
+# ---------------------------------------------------------------------------- PreBind's checks
+
+
+class _Writer:
+    def __init__(self, pod_exists: bool = True) -> None:
+        self.exists = pod_exists
+
+    def pod_exists(self, namespace: str, name: str, uid: str) -> bool:
+        return self.exists
+
+
+@pytest.mark.parametrize(
+    ("claim_ref_uid", "rack", "pod_exists", "error"),
+    [
+        ("", "r1", True, 'binding volumes: ClaimRef got reset for pv "pv1"'),
+        # the node affinity is checked before the claimRef, as kube's checkBindings does
+        (
+            "",
+            "r2",
+            True,
+            'binding volumes: pv "pv1" node affinity doesn\'t match node "node-a": '
+            "no matching NodeSelectorTerms",
+        ),
+        ("u", "r1", False, 'binding volumes: pod does not exist any more: pod "p" not found'),
+        ("u", "r1", True, None),
+    ],
+)
+def test_bindings_check_order_and_messages(
+    claim_ref_uid: str, rack: str, pod_exists: bool, error: str | None
+) -> None:
+    from plugins.volume_binding import PodVolumes, VolumeBinding, VolumeError, _State
+
+    affinity = [{"matchExpressions": [{"key": "rack", "operator": "In", "values": [rack]}]}]
+    volume = pv("pv1", class_name="wait", claim=("default", "c1"), affinity=affinity)
+    volume["spec"]["claimRef"]["uid"] = claim_ref_uid
+    cache = cluster(
+        [node("node-a", labels={"rack": "r1"})],
+        [pvc("c1", class_name="wait", volume="pv1", bound=True), volume],
+    )
+    storage = cache.snapshot.storage
+    data = _State(cache.snapshot, storage)
+    claim = storage.claims["default/c1"]
+    volumes = PodVolumes(static=[(storage.volumes["pv1"], claim)])
+    p = PodInfo.from_object(_pod("c1"))
+    check = VolumeBinding()._bound
+    if error is None:
+        assert check(_Writer(pod_exists), data, p, "node-a", volumes)  # type: ignore[arg-type]
+        return
+    with pytest.raises(VolumeError, match="^" + error.replace("(", r"\(") + "$"):
+        check(_Writer(pod_exists), data, p, "node-a", volumes)  # type: ignore[arg-type]
