@@ -11,10 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from scheduler.core.cache import Cache
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
@@ -28,6 +25,7 @@ from scheduler.core.framework import (
 )
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
 from scheduler.core.queue import SchedulingQueue
+from scheduler.core.safeload import InputError, load_yaml_all, read_input, with_origin
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
 
@@ -38,13 +36,9 @@ class ExplainError(ValueError):
 
 def _documents(path: str) -> list[Any]:
     try:
-        text = Path(path).read_text() if path != "-" else sys.stdin.read()
-    except OSError as exc:
-        raise ExplainError(f"{path}: {exc.strerror}") from None
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ExplainError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+        return [d for d in load_yaml_all(read_input(path), path) if d is not None]
+    except InputError as exc:
+        raise ExplainError(str(exc)) from None
 
 
 def _flatten(docs: Iterable[Any], path: str) -> list[Mapping[str, Any]]:
@@ -68,13 +62,18 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
-    for obj in _flatten(_documents(path), path):
+    seen: dict[str, int] = {}
+    for i, obj in enumerate(_flatten(_documents(path), path)):
         kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise ExplainError(f"{path}: object {i}: kind: is required (Node, Pod, ...)")
         try:
             if kind == "Node":
                 nodes.append(NodeInfo.from_object(obj))
+                _unique(seen, f"Node {nodes[-1].name}", i, path)
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
+                _unique(seen, f"Pod {pods[-1].key}", i, path)
         except ModelError as exc:
             raise ExplainError(f"{path}: {exc}") from None
     for node in nodes:
@@ -82,6 +81,13 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
     for pod in pods:
         cache.add_pod(pod)
     return cache
+
+
+def _unique(seen: dict[str, int], name: str, index: int, path: str) -> None:
+    """kubectl never lists an object twice: a repeated Node or Pod name is an error."""
+    if name in seen:
+        raise ExplainError(f"{path}: object {index}: {name} repeats object {seen[name]}")
+    seen[name] = index
 
 
 def _load_pod(path: str) -> tuple[PodInfo, str | None]:
@@ -103,11 +109,11 @@ def _load_config(path: str | None) -> SchedulerConfiguration:
     if path is None:
         return default_config()
     try:
-        return load_config(Path(path).read_text(), origin=path)
-    except OSError as exc:
-        raise ExplainError(f"{path}: {exc.strerror}") from None
+        return load_config(read_input(path), origin=path)
+    except InputError as exc:
+        raise ExplainError(str(exc)) from None
     except ConfigError as exc:
-        raise ExplainError(f"{path}: {exc}") from None
+        raise ExplainError(with_origin(path, str(exc))) from None
 
 
 class DryRunBinder:
@@ -264,6 +270,10 @@ def run_explain(args: argparse.Namespace) -> int:
     from plugins import frameworks_for, gpu_resource
 
     try:
+        flags = (("--snapshot", args.snapshot), ("--pod", args.pod), ("--config", args.config))
+        stdin = [f"{flag} -" for flag, value in flags if value == "-"]
+        if len(stdin) > 1:
+            raise ExplainError(f"{' and '.join(stdin)}: only one of them can read stdin")
         config = _load_config(args.config)
         try:
             frameworks = frameworks_for(config)
