@@ -44,6 +44,7 @@ from scheduler.core.framework import (
     ReasonMasks,
 )
 from scheduler.core.model import PodInfo
+from scheduler.core.quantity import is_extended_resource
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 from scheduler.core.topology.bandwidth import (
     DEFAULT_BANDWIDTH,
@@ -100,6 +101,11 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")
+    if not is_extended_resource(resource):
+        raise ConfigError(
+            f"{path}.resourceName: must be an extended resource (a domain-qualified name "
+            f"outside kubernetes.io, e.g. {DEFAULT_RESOURCE}), got {resource!r}"
+        )
     try:
         table = PairScoreTable.from_args(data.get("pairScores"), path=f"{path}.pairScores")
         bandwidth = LinkBandwidth.from_args(data.get("linkBandwidth"), path=f"{path}.linkBandwidth")

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["QuantityError", "format_milli", "parse_quantity", "resource_value", "to_units"]
+__all__ = [
+    "QuantityError",
+    "format_milli",
+    "is_extended_resource",
+    "parse_quantity",
+    "resource_value",
+    "to_units",
+]
 
 
 class QuantityError(ValueError):
@@ -162,3 +169,11 @@ def resource_value(name: str, value: str | int | float) -> int:
 def format_milli(millis: int) -> str:
     """Render milli-CPU the way kubectl does: ``500m``, ``2``."""
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def is_extended_resource(name: str) -> bool:
+    """kube's IsExtendedResourceName: a `domain/name` outside the kubernetes.io domain (such
+    as `nvidia.com/gpu`), never cpu, memory, pods, ephemeral-storage or hugepages-<size>.
+    Pods and nodes may only hold whole units of it."""
+    native = "/" not in name or "kubernetes.io/" in name
+    return not native and not name.startswith("requests.")

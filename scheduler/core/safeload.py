@@ -227,7 +227,7 @@ def load_json(text: str, origin: str) -> Any:
         raise InputError(f"{origin}: nested more than {MAX_DEPTH} levels deep") from None
     except json.JSONDecodeError as exc:
         raise InputError(
-            f"{origin}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
+            f"{origin}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
     except ValueError as exc:
         raise InputError(f"{origin}: not valid JSON: {_one_line(str(exc))}") from None

@@ -45,6 +45,9 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _LEVELS = ("board", "pix", "pxb", "phb", "node", "sys")
+MAX_GBPS = 1_000_000
+"""Each link-bandwidth argument's ceiling (GB/s): a petabyte per second, so busbw in MB/s stays
+an exact integer far from int64's end."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,12 @@ class LinkBandwidth:
             if key not in ("nvlink", *_LEVELS):
                 known = ", ".join(("nvlink", *_LEVELS))
                 raise TopologyError(f"{path}.{key}: unknown field (known: {known})")
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise TopologyError(f"{path}.{key}: must be a number > 0 (GB/s)")
+            valid = isinstance(value, int | float) and not isinstance(value, bool)
+            if not valid or not 0 < value <= MAX_GBPS:
+                raise TopologyError(
+                    f"{path}.{key}: must be a number > 0 (GB/s) and at most {MAX_GBPS:,}, "
+                    f"got {value!r}"
+                )
             values[key] = float(value)
         return cls(**values)
 

@@ -18,6 +18,9 @@ import networkx as nx
 from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
 
 PairMatrix = tuple[tuple[int, ...], ...]
+MAX_PAIR_SCORE = 1_000_000
+"""Each pair-score argument's ceiling: with at most MAX_NVLINKS links per pair and 63 GPUs, a
+set score stays below 2^41, exact in a float and far from int64's end."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,12 @@ class PairScoreTable:
         values: dict[str, Any] = {}
         for key, value in raw.items():
             if key in names:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise TopologyError(f"{path}.{key}: must be a non-negative integer")
+                valid = isinstance(value, int) and not isinstance(value, bool)
+                if not valid or not 0 <= value <= MAX_PAIR_SCORE:
+                    raise TopologyError(
+                        f"{path}.{key}: must be a non-negative integer (at most "
+                        f"{MAX_PAIR_SCORE:,}), got {value!r}"
+                    )
                 values[names[key]] = value
             elif key in flags:
                 if not isinstance(value, bool):
