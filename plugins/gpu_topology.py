@@ -56,6 +56,7 @@ from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
     GPU_RESOURCE,
+    MAX_GPUS,
     Placement,
     Topology,
     TopologyError,
@@ -448,6 +449,7 @@ class GPUTopology:
         if topology is None:
             row = snapshot.row.get(self.args.resource_name)
             total = int(snapshot.allocatable[row, slot]) if row is not None else 0
+            total = min(total, MAX_GPUS)  # GPU indices fit one int64 mask, whatever the node says
             used = int(snapshot.gpus.used[slot])
             unused = [i for i in range(total) if not used >> i & 1]
             return Allocation(tuple(unused[:count])) if len(unused) >= count else None
