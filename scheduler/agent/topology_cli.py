@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from scheduler.core.safeload import InputError, read_input
 from scheduler.core.topology.nvidia_smi import parse_numa_list, parse_nvidia_smi
 from scheduler.core.topology.schema import TopologyError, topology_to_dict
 
@@ -17,13 +18,9 @@ def run_topology(args: argparse.Namespace) -> int:
         return 2
     source = "stdin" if args.file == "-" else args.file
     try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as handle:
-                text = handle.read()
-    except OSError as exc:
-        print(f"topology from-nvidia-smi: cannot read {source}: {exc.strerror}", file=sys.stderr)
+        text = read_input(args.file, source)
+    except InputError as exc:
+        print(f"topology from-nvidia-smi: cannot read {exc}", file=sys.stderr)
         return 2
     try:
         numa = parse_numa_list(args.numa) if args.numa else None

@@ -80,7 +80,11 @@ def read_input(path: str | Path, origin: str | None = None) -> str:
     origin = origin or str(path)
     try:
         if str(path) == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+            stream = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests) has none
+            if stream is None:
+                data = sys.stdin.read(MAX_INPUT_BYTES + 1).encode("utf-8", "surrogateescape")
+            else:
+                data = stream.read(MAX_INPUT_BYTES + 1)
         else:
             with open(path, "rb") as handle:
                 data = handle.read(MAX_INPUT_BYTES + 1)
