@@ -45,9 +45,10 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _LEVELS = ("board", "pix", "pxb", "phb", "node", "sys")
-MAX_GBPS = 1_000_000
-"""Each link-bandwidth argument's ceiling (GB/s): a petabyte per second, so busbw in MB/s stays
-an exact integer far from int64's end."""
+MAX_GBPS = 1_000
+"""Each link-bandwidth argument's ceiling (GB/s per link or level; NVLink 5 carries 50): with
+MAX_NVLINKS links a pair stays below 64,000 GB/s, which keeps GPUTopology's node key inside
+int64 (see scoring.MAX_PAIR_SCORE)."""
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ SCHEMA_VERSION = 1
 MAX_GPUS = 63
 """GPUs per node: a node's GPU set is a bitmask in one signed 64-bit word."""
 
-MAX_NVLINKS = 1000
-"""NVLinks between one pair of GPUs (18 on an H100): far above any machine, and low enough
-that no pair or set score can overflow."""
+MAX_NVLINKS = 64
+"""NVLinks between one pair of GPUs (18 on an H100, NVSwitch links included): far above any
+machine, and low enough that no pair, set or node score can overflow (docs/gpu-topology.md)."""
 MAX_NUMA_NODE = 1023
 """NUMA node ids: Linux's CONFIG_NODES_SHIFT allows at most 1,024 nodes."""
 

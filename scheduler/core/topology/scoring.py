@@ -18,9 +18,10 @@ import networkx as nx
 from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
 
 PairMatrix = tuple[tuple[int, ...], ...]
-MAX_PAIR_SCORE = 1_000_000
-"""Each pair-score argument's ceiling: with at most MAX_NVLINKS links per pair and 63 GPUs, a
-set score stays below 2^41, exact in a float and far from int64's end."""
+MAX_PAIR_SCORE = 10_000
+"""Each pair-score argument's ceiling (the defaults are 10..100). With at most MAX_NVLINKS
+links per pair and 63 GPUs a set score S stays below 1.3e9, and GPUTopology's node key
+(busbw in MB/s x (S_max + 1) + S, times 80) below 6.6e18, inside int64."""
 
 
 @dataclass(frozen=True)
