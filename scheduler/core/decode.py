@@ -156,7 +156,7 @@ class Fields:
         if minimum is not None and value < minimum:
             raise self.fail(path, f"must be >= {minimum:g}, got {value!r}")
         if maximum is not None and value > maximum:
-            raise self.fail(path, f"must be <= {maximum:,g}, got {value!r}")
+            raise self.fail(path, f"must be <= {maximum:,.15g}, got {value!r}")
         return float(value)
 
     def boolean(self, value: Any, path: str, default: bool = _MISSING) -> bool:
