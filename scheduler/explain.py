@@ -25,7 +25,13 @@ from scheduler.core.framework import (
 )
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
 from scheduler.core.queue import SchedulingQueue
-from scheduler.core.safeload import InputError, load_yaml_all, read_input, with_origin
+from scheduler.core.safeload import (
+    InputError,
+    load_yaml_all,
+    one_line,
+    read_input,
+    with_origin,
+)
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
 
@@ -289,7 +295,7 @@ def run_explain(args: argparse.Namespace) -> int:
         framework = frameworks[profile.scheduler_name]
         cache = load_snapshot(args.snapshot, Cache(gpu_resource(config)))
     except ExplainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     document = explain(cache, pod, framework)
     if args.output == "json":

@@ -12,7 +12,7 @@ from typing import Any
 
 from scheduler.agent.discovery import ReadFile, read_sysfs_file
 from scheduler.agent.loop import Agent, AgentConfig
-from scheduler.core.safeload import InputError, load_yaml, read_input
+from scheduler.core.safeload import InputError, load_yaml, one_line, read_input
 from scheduler.core.topology.schema import TopologyError
 
 MAX_INTERVAL = 86_400.0
@@ -43,7 +43,7 @@ def run_agent(args: argparse.Namespace) -> int:
     if args.kubeconfig:
         problem = kubeconfig_problem(args.kubeconfig)
         if problem:
-            print(f"agent: --kubeconfig {problem}", file=sys.stderr)
+            print(f"agent: --kubeconfig {one_line(problem)}", file=sys.stderr)
             return 2
     nvml: Any
     read_file: ReadFile = read_sysfs_file
@@ -53,7 +53,7 @@ def run_agent(args: argparse.Namespace) -> int:
         try:
             nvml = FakeNvml(parse_fake_gpus(args.fake_gpus), args.node_name)
         except TopologyError as exc:
-            print(f"agent: {exc}", file=sys.stderr)
+            print(f"agent: {one_line(exc)}", file=sys.stderr)
             return 2
         read_file = nvml.read_file
     else:
@@ -70,7 +70,11 @@ def run_agent(args: argparse.Namespace) -> int:
     try:
         api = KubeNodeApi.connect(args.kubeconfig)
     except Exception as exc:  # any credential problem ends here with one line
-        print(f"agent: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        if args.kubeconfig:  # the file given is not usable: a usage error, as for `run`
+            print(f"agent: --kubeconfig {args.kubeconfig}: {detail}", file=sys.stderr)
+            return 2
+        print(f"agent: cannot load Kubernetes credentials: {detail}", file=sys.stderr)
         return 1
     config = AgentConfig(
         node_name=args.node_name,

@@ -34,6 +34,7 @@ __all__ = [
     "load_json",
     "load_yaml",
     "load_yaml_all",
+    "one_line",
     "read_input",
     "with_origin",
 ]
@@ -58,6 +59,15 @@ def _where(origin: str, mark: Any) -> str:
     if mark is None:
         return f"{origin}: "
     return f"{origin}: line {mark.line + 1}, column {mark.column + 1}: "
+
+
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(message: object) -> str:
+    """An error message as one printed line: line breaks in it (a field name can hold any)
+    are shown escaped."""
+    return str(message).translate(_LINE_BREAKS)
 
 
 def with_origin(origin: str, message: str) -> str:
@@ -96,12 +106,18 @@ def read_input(path: str | Path, origin: str | None = None) -> str:
 class _Loader(yaml.SafeLoader):
     """SafeLoader with a nesting limit, bounded integers and timestamps as strings."""
 
-    origin = "input"
-
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, origin: str) -> None:
+        self.origin = origin
         super().__init__(stream)
         self.depth = 0
         self.aliases = False
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # The scanner's work per token grows with the flow depth: stop before it is quadratic.
+        if self.flow_level >= MAX_DEPTH:
+            mark = self.get_mark()
+            raise InputError(f"{_where(self.origin, mark)}nested more than {MAX_DEPTH} levels deep")
+        super().fetch_flow_collection_start(TokenClass)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -163,10 +179,10 @@ def _expanded_size(data: Any, origin: str) -> None:
 
 
 def _yaml_documents(text: str, origin: str) -> list[Any]:
-    loader = _Loader(text)
-    loader.origin = origin
     documents: list[Any] = []
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text, origin)  # refuses control characters at once
         while loader.check_data():  # type: ignore[no-untyped-call]
             documents.append(loader.get_data())
     except InputError:
@@ -180,8 +196,9 @@ def _yaml_documents(text: str, origin: str) -> list[Any]:
         # A scalar an explicit tag makes Python refuse (`!!int x`, `!!binary` garbage).
         raise InputError(f"{origin}: not valid YAML: {_one_line(str(exc))}") from None
     finally:
-        loader.dispose()
-    if loader.aliases:
+        if loader is not None:
+            loader.dispose()
+    if loader is not None and loader.aliases:
         _expanded_size(documents, origin)
     return documents
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
-from scheduler.core.safeload import InputError, read_input, with_origin
+from scheduler.core.safeload import InputError, one_line, read_input, with_origin
 from scheduler.sim.engine import (
     KUBE_NVIDIA_DP,
     POLICIES,
@@ -151,7 +151,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.plot and not str(args.plot).lower().endswith(".png"):
             raise ScenarioError(f"--plot: {args.plot}: must name a .png file")
     except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     policies = expand_policies(args.policy)
     with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:

@@ -49,9 +49,9 @@ def test_pending_pod_with_unreadable_quantity_is_still_an_error() -> None:
 
 @pytest.mark.parametrize("value", ["0.5", "2.5", 1.5, "500m"])
 def test_fractional_gpus_are_invalid_for_pods_and_nodes(value: Any) -> None:
-    with pytest.raises(ModelError, match="nvidia.com/gpu: must be a whole number"):
+    with pytest.raises(ModelError, match=r"nvidia\.com/gpu: must be a whole number"):
         PodInfo.from_object(pod("p", {"nvidia.com/gpu": value}))
-    with pytest.raises(ModelError, match="nvidia.com/gpu: must be a whole number"):
+    with pytest.raises(ModelError, match=r"nvidia\.com/gpu: must be a whole number"):
         NodeInfo.from_object(node("n", extra={"nvidia.com/gpu": value}))
     # kube's native resources keep their fractions
     assert PodInfo.from_object(pod("p", {"cpu": "0.5", "nvidia.com/gpu": "2"})).requests == {
@@ -83,14 +83,22 @@ def test_pod_level_hugepages_count_in_node_resources_fit() -> None:
         ('{"version":1,"gpus":[{"index":' + "1" * 5001 + "}]}", "integer of 5,001 characters"),
         (
             json.dumps(
-                {"version": 1, "gpus": [{"index": 0}, {"index": 1}], "links": [
-                    {"a": 0, "b": 1, "nvlinks": 10**17}]}
+                {
+                    "version": 1,
+                    "gpus": [{"index": 0}, {"index": 1}],
+                    "links": [{"a": 0, "b": 1, "nvlinks": 10**17}],
+                }
             ),
             "links[0].nvlinks: must be <= 64",
         ),
         (
-            json.dumps({"version": 1, "gpus": [{"index": 0}, {"index": 1}], "links": [
-                {"a": 0, "b": 1, "nvlinks": 1e17}]}),
+            json.dumps(
+                {
+                    "version": 1,
+                    "gpus": [{"index": 0}, {"index": 1}],
+                    "links": [{"a": 0, "b": 1, "nvlinks": 1e17}],
+                }
+            ),
             "links[0].nvlinks: must be an integer",
         ),
         (json.dumps({"version": 1, "gpus": [{"index": 0, "numaNode": 10**6}]}), "numaNode"),
@@ -161,10 +169,16 @@ def test_scores_at_the_largest_args_equal_the_reference() -> None:
         return json.dumps({"version": 1, "gpus": gpus, "links": pairs})
 
     nodes = [
-        node("wide", annotations={ANNOTATION_TOPOLOGY: topology(MAX_NVLINKS)},
-             extra={"nvidia.com/gpu": "16"}),
-        node("narrow", annotations={ANNOTATION_TOPOLOGY: topology(MAX_NVLINKS - 1)},
-             extra={"nvidia.com/gpu": "16"}),
+        node(
+            "wide",
+            annotations={ANNOTATION_TOPOLOGY: topology(MAX_NVLINKS)},
+            extra={"nvidia.com/gpu": "16"},
+        ),
+        node(
+            "narrow",
+            annotations={ANNOTATION_TOPOLOGY: topology(MAX_NVLINKS - 1)},
+            extra={"nvidia.com/gpu": "16"},
+        ),
     ]
     levels = ("sys", "node", "phb", "pxb", "pix", "board", "nvlink")
     plugin = new_gpu_topology(

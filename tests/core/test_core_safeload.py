@@ -22,7 +22,9 @@ BOMB = "\n".join(
     [
         "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]",
         *(
-            f"{chr(ord('b') + k)}: &{chr(ord('b') + k)} [" + ", ".join([f"*{chr(ord('a') + k)}"] * 10) + "]"
+            f"{chr(ord('b') + k)}: &{chr(ord('b') + k)} ["
+            + ", ".join([f"*{chr(ord('a') + k)}"] * 10)
+            + "]"
             for k in range(8)
         ),
     ]
@@ -89,7 +91,7 @@ def test_read_input_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     bad.write_bytes(b"a: 1\nb: \xff\xfe\n")
     with pytest.raises(InputError, match=r"bad.yaml: not UTF-8 text \(byte 8\)"):
         read_input(bad)
-    with pytest.raises(InputError, match="missing.yaml: No such file or directory"):
+    with pytest.raises(InputError, match=r"missing\.yaml: No such file or directory"):
         read_input(tmp_path / "missing.yaml")
     with pytest.raises(InputError, match="Is a directory"):
         read_input(tmp_path)

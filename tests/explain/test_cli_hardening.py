@@ -127,12 +127,24 @@ def test_explain_two_inputs_from_stdin(
     [
         ("[" * 100_000, "nested more than 100 levels deep"),
         ('{"version":1,"gpus":[{"index":' + "1" * 5001 + "}]}", "integer of 5,001"),
-        (json.dumps({"version": 1, "gpus": [{"index": 0}, {"index": 1}],
-                     "links": [{"a": 0, "b": 1, "nvlinks": 10**17}]}), "must be <= 64"),
-    ],  # fmt: skip
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "gpus": [{"index": 0}, {"index": 1}],
+                    "links": [{"a": 0, "b": 1, "nvlinks": 10**17}],
+                }
+            ),
+            "must be <= 64",
+        ),
+    ],
 )
 def test_explain_unreadable_annotation_is_a_count_only_note(
-    tmp_path: Path, files: dict[str, str], capsys: pytest.CaptureFixture[str], annotation: str, problem: str
+    tmp_path: Path,
+    files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    annotation: str,
+    problem: str,
 ) -> None:
     gpu = node("gpu", cpu="32", memory="128Gi", extra={"nvidia.com/gpu": "8"},
                annotations={ANNOTATION_TOPOLOGY: annotation})  # fmt: skip
@@ -165,21 +177,35 @@ def scenario(path: Path, **top: Any) -> str:
 @pytest.mark.parametrize(
     ("top", "needles"),
     [
-        ({"nodes": [{**NODES[0], "count": 1_000_000}]},
-         ["nodes: 1,000,000 nodes in all; the simulator takes at most 10,000"]),
-        ({"jobs": [{"generate": 1_000_000}]},
-         ["jobs[0].generate: 1,000,000 jobs in all; the simulator takes at most 100,000"]),
-        ({"nodes": [{**NODES[0], "count": 10_000}], "jobs": [{"generate": 5_000}]},
-         ["nodes x jobs: 10,000 x 5,000 is more than the simulator's limit of 20,000,000"]),
-        ({"jobs": [{"name": "j", "duration": 1e301}]},
-         ["jobs[0].duration: must be <= 315,360,000"]),
-        ({"jobs": [{"name": "j", "duration": 1, "count": 100_000, "interval": 300_000_000}]},
-         ["after the simulator's limit of 315,360,000 s"]),
-        ({"nodes": [{**NODES[0], "labels": {"pool": None}}]},
-         ["nodes[0].labels.pool: is required"]),
-        ({"nodes": [{**NODES[0], "labels": {"pool": 3}}]},
-         ["nodes[0].labels.pool: must be a string, got int"]),
-    ],  # fmt: skip
+        (
+            {"nodes": [{**NODES[0], "count": 1_000_000}]},
+            ["nodes: 1,000,000 nodes in all; the simulator takes at most 10,000"],
+        ),
+        (
+            {"jobs": [{"generate": 1_000_000}]},
+            ["jobs[0].generate: 1,000,000 jobs in all; the simulator takes at most 100,000"],
+        ),
+        (
+            {"nodes": [{**NODES[0], "count": 10_000}], "jobs": [{"generate": 5_000}]},
+            ["nodes x jobs: 10,000 x 5,000 is more than the simulator's limit of 20,000,000"],
+        ),
+        (
+            {"jobs": [{"name": "j", "duration": 1e301}]},
+            ["jobs[0].duration: must be <= 315,360,000"],
+        ),
+        (
+            {"jobs": [{"name": "j", "duration": 1, "count": 100_000, "interval": 300_000_000}]},
+            ["after the simulator's limit of 315,360,000 s"],
+        ),
+        (
+            {"nodes": [{**NODES[0], "labels": {"pool": None}}]},
+            ["nodes[0].labels.pool: is required"],
+        ),
+        (
+            {"nodes": [{**NODES[0], "labels": {"pool": 3}}]},
+            ["nodes[0].labels.pool: must be a string, got int"],
+        ),
+    ],
 )
 def test_simulate_scenario_nonsense(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], top: dict[str, Any], needles: list[str]

@@ -50,15 +50,16 @@ _LEVELS = {
 def _header(lines: Sequence[str], source: str) -> tuple[int, list[str]]:
     for number, line in enumerate(lines):
         text = line
-        for i, name in enumerate(_MULTIWORD):
-            text = text.replace(name, f"\x00{i}")
+        markers = {f"\x00{i}\x00": name for i, name in enumerate(_MULTIWORD)}
+        for marker, name in markers.items():
+            text = text.replace(name, marker)
         tokens = text.split()
         if not tokens or tokens[0] != "GPU0":
             continue
         second = tokens[1] if len(tokens) > 1 else ""
         # A row reads "GPU0 X NV1 ...", the header "GPU0 GPU1 ..." or "GPU0 CPU Affinity ...".
         if not (second == "X" or second in _LEVELS or _NV.match(second)):
-            names = [_MULTIWORD[int(t[1:])] if t.startswith("\x00") else t for t in tokens]
+            names = [markers.get(t, t) for t in tokens]
             return number, names
     raise TopologyError(f"{source}: no `nvidia-smi topo -m` header line (GPU0 GPU1 ...) found")
 
@@ -110,13 +111,14 @@ def parse_nvidia_smi(
         numa_nodes = []
         for i in range(n):
             affinity = cells[i].get("NUMA Affinity", "N/A")
-            if affinity.isascii() and affinity.isdigit() and int(affinity) <= MAX_NUMA_NODE:
+            number = affinity.isascii() and affinity.isdigit() and len(affinity) <= 4
+            if number and int(affinity) <= MAX_NUMA_NODE:
                 numa_nodes.append(int(affinity))
             elif affinity == "N/A":
                 numa_nodes.append(None)
             else:
                 raise TopologyError(
-                    f"{source}: GPU{i} NUMA Affinity {affinity!r} is not a single NUMA node; "
+                    f"{source}: GPU{i} NUMA Affinity {affinity[:40]!r} is not a single NUMA node; "
                     "give --numa"
                 )
     elif "CPU Affinity" in columns:
@@ -233,10 +235,10 @@ def parse_numa_list(text: str) -> list[int | None]:
         part = part.strip()
         if part in ("", "-"):
             out.append(None)
-        elif part.isascii() and part.isdigit() and int(part) <= MAX_NUMA_NODE:
+        elif part.isascii() and part.isdigit() and len(part) <= 4 and int(part) <= MAX_NUMA_NODE:
             out.append(int(part))
         else:
-            raise TopologyError(f"--numa: {part!r} is not a NUMA node number")
+            raise TopologyError(f"--numa: {part[:40]!r} is not a NUMA node number")
     return out
 
 
