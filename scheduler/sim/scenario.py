@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.decode import FieldError, Fields
-from scheduler.core.quantity import QuantityError, resource_value
+from scheduler.core.model import MAX_AMOUNT
+from scheduler.core.quantity import (
+    QuantityError,
+    is_extended_resource,
+    parse_quantity,
+    resource_value,
+    to_units,
+)
 from scheduler.core.safeload import InputError, load_yaml, read_input
 from scheduler.core.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
 from scheduler.core.topology.schema import (
@@ -235,11 +242,16 @@ def _quantity(value: Any, resource: str, path: str, *, default: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ScenarioError(f"{path}: must be a quantity such as 8 or 64Gi, got {value!r}")
     try:
-        amount = resource_value(resource, value)
+        exact = parse_quantity(value)
     except QuantityError as exc:
         raise ScenarioError(f"{path}: {exc}") from None
+    amount = to_units(resource, exact)
     if amount < 0:
         raise ScenarioError(f"{path}: must be >= 0, got {value!r}")
+    if amount >= MAX_AMOUNT:
+        raise ScenarioError(f"{path}: {value!r} is too large (at most 2^53-1 in kube's unit)")
+    if exact.denominator != 1 and is_extended_resource(resource):
+        raise ScenarioError(f"{path}: must be a whole number (an extended resource), got {value!r}")
     return str(value)
 
 
@@ -375,6 +387,11 @@ def _requests(data: Mapping[str, Any], path: str, gpus: int) -> tuple[str, str]:
     mem_per = _quantity(data.get("memoryPerGpu"), "memory", f"{path}.memoryPerGpu", default="0")
     millis = resource_value("cpu", cpu) + _scaled(cpu_per, "cpu", gpus)
     memory_bytes = resource_value("memory", memory) + _scaled(mem_per, "memory", gpus)
+    for resource, amount in (("cpu", millis), ("memory", memory_bytes)):
+        if amount >= MAX_AMOUNT:
+            raise ScenarioError(
+                f"{path}: the job's {resource} request is too large (at most 2^53-1 in kube's unit)"
+            )
     return f"{millis}m", str(memory_bytes)
 
 

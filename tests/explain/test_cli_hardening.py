@@ -205,6 +205,25 @@ def scenario(path: Path, **top: Any) -> str:
             {"nodes": [{**NODES[0], "labels": {"pool": 3}}]},
             ["nodes[0].labels.pool: must be a string, got int"],
         ),
+        (
+            {"jobs": [{"name": "j", "duration": 1, "cpu": "1e18"}]},
+            ["jobs[0].cpu: '1e18' is too large (at most 2^53-1 in kube's unit)"],
+        ),
+        (
+            {"jobs": [{"name": "j", "duration": 1, "gpus": 8, "memoryPerGpu": "1Pi"}]},
+            ["jobs[0]: the job's memory request is too large"],
+        ),
+        (
+            {
+                "nodes": [
+                    {
+                        **NODES[0],
+                        "resources": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "2.5"},
+                    }
+                ]
+            },
+            ["nodes[0].resources.nvidia.com/gpu: must be a whole number"],
+        ),
     ],
 )
 def test_simulate_scenario_nonsense(
