@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from scheduler.cli import main
 from scheduler.core.topology import ANNOTATION_TOPOLOGY, builtin_topology, format_topology
 from scheduler.core.topology.nvidia_smi import nvidia_smi_cells
 from tests.builders import node, pod
+from tests.explain.test_explain import write as dump
 
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 
@@ -26,14 +26,6 @@ def one_line_error(capsys: pytest.CaptureFixture[str], code: int, *needles: str)
     for needle in needles:
         assert needle in err, err
     return err
-
-
-def dump(path: Path, objects: list[dict[str, Any]] | dict[str, Any]) -> str:
-    if isinstance(objects, list):
-        path.write_text(yaml.safe_dump_all(objects))
-    else:
-        path.write_text(yaml.safe_dump(objects))
-    return str(path)
 
 
 @pytest.fixture
