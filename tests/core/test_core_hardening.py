@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from plugins import node_resources_fit
 from plugins.gpu_topology import new as new_gpu_topology
 from scheduler.core.config import ConfigError
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.quantity import QuantityError, parse_quantity
 from scheduler.core.topology import ANNOTATION_TOPOLOGY, builtin_topology, format_topology
 from scheduler.core.topology.bandwidth import MAX_GBPS
 from scheduler.core.topology.schema import MAX_GPUS, MAX_NVLINKS
@@ -58,6 +60,26 @@ def test_fractional_gpus_are_invalid_for_pods_and_nodes(value: Any) -> None:
         "cpu": 500,
         "nvidia.com/gpu": 2,
     }
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1" * 5000, 2**63 - 1),  # capped as kube caps it
+        ("0." + "1" * 5000, Fraction(111111112, 10**9)),  # rounded up to a nano unit
+        ("1" * 5000 + "e-4999", Fraction(1111111112, 10**9)),
+        ("1e" + "0" * 5000 + "3", 1000),
+    ],
+)
+def test_quantities_of_thousands_of_digits(value: str, expected: Any) -> None:
+    assert parse_quantity(value) == expected
+
+
+def test_quantity_exponent_beyond_int64_is_invalid() -> None:
+    with pytest.raises(QuantityError, match="unable to parse quantity's suffix"):
+        parse_quantity("1e" + "9" * 5000)
+    with pytest.raises(ModelError, match=r"requests\.cpu: unable to parse"):
+        PodInfo.from_object(pod("p", {"cpu": "1e" + "9" * 5000}))
 
 
 def test_pod_level_hugepages_count_in_node_resources_fit() -> None:
