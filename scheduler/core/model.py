@@ -411,18 +411,24 @@ def _report_once(message: str) -> None:
 
 def _readable_resources(spec: Mapping[str, Any], where: Fields) -> Mapping[str, Any]:
     """A bound pod's spec with every resource quantity that cannot be read left out (and
-    logged once): the node still counts its cpu, memory, pods and GPUs, not nothing."""
+    logged once): the node still counts its cpu, memory, pods and GPUs, not nothing. A
+    resource whose amounts add up beyond the bound is left out everywhere."""
+    drop: set[str] = set()
+    totals: Amounts = {}
 
     def readable(value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             return value
         kept = {}
         for name, quantity in value.items():
+            if name in drop:
+                continue
             try:
-                _quantities({name: quantity}, where, path)
+                amounts = _quantities({name: quantity}, where, path)
             except ModelError as exc:
                 _report_once(f"{exc} (left out)")
                 continue
+            _add(totals, amounts)
             kept[name] = quantity
         return kept
 
@@ -438,21 +444,28 @@ def _readable_resources(spec: Mapping[str, Any], where: Fields) -> Mapping[str, 
             },
         }
 
-    out = dict(spec)
-    for group in ("containers", "initContainers"):
-        items = spec.get(group)
-        if isinstance(items, list):
-            out[group] = [
-                {**c, "resources": resources(c["resources"], f"spec.{group}[{i}].resources")}
-                if isinstance(c, Mapping) and "resources" in c
-                else c
-                for i, c in enumerate(items)
-            ]
-    if "resources" in spec:
-        out["resources"] = resources(spec["resources"], "spec.resources")
-    if "overhead" in spec:
-        out["overhead"] = readable(spec["overhead"], "spec.overhead")
-    return out
+    while True:
+        totals.clear()
+        out = dict(spec)
+        for group in ("containers", "initContainers"):
+            items = spec.get(group)
+            if isinstance(items, list):
+                out[group] = [
+                    {**c, "resources": resources(c["resources"], f"spec.{group}[{i}].resources")}
+                    if isinstance(c, Mapping) and "resources" in c
+                    else c
+                    for i, c in enumerate(items)
+                ]
+        if "resources" in spec:
+            out["resources"] = resources(spec["resources"], "spec.resources")
+        if "overhead" in spec:
+            out["overhead"] = readable(spec["overhead"], "spec.overhead")
+        large = {name for name, total in totals.items() if to_units(name, total) >= MAX_AMOUNT}
+        if not large:
+            return out
+        for name in sorted(large):
+            _report_once(f"{where.prefix}spec: {name} adds up beyond 2^53-1 (left out)")
+        drop |= large
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,17 @@ def test_bound_pod_with_huge_quantity_holds_what_can_be_read(
     assert reasons == {"n1": ["Insufficient cpu"]}
 
 
+def test_bound_pod_whose_amounts_add_up_beyond_the_bound() -> None:
+    containers = [
+        container("a", {"cpu": "1", "example.com/widgets": "5e15"}),
+        container("b", {"memory": "1Gi", "example.com/widgets": "5e15"}),
+    ]
+    raw = pod("other", containers=containers, node_name="n1")
+    assert PodInfo.from_object(raw).requests == {"cpu": 1000, "memory": 2**30}
+    with pytest.raises(ModelError, match="the pod's total example.com/widgets request is too"):
+        PodInfo.from_object(pod("mine", containers=containers))
+
+
 def test_pending_pod_with_unreadable_quantity_is_still_an_error() -> None:
     with pytest.raises(ModelError, match=r"requests.example.com/widgets: '1e16' is too large"):
         PodInfo.from_object(pod("mine", {"example.com/widgets": "1e16"}))
