@@ -51,7 +51,7 @@ def test_bound_pod_whose_amounts_add_up_beyond_the_bound() -> None:
     ]
     raw = pod("other", containers=containers, node_name="n1")
     assert PodInfo.from_object(raw).requests == {"cpu": 1000, "memory": 2**30}
-    with pytest.raises(ModelError, match="the pod's total example.com/widgets request is too"):
+    with pytest.raises(ModelError, match=r"total example\.com/widgets request is too large"):
         PodInfo.from_object(pod("mine", containers=containers))
 
 
