@@ -22,6 +22,7 @@ from scheduler.sim.engine import (
     TOPO,
     TOPO_NVIDIA_DP,
     Simulation,
+    WorkLimitError,
 )
 from scheduler.sim.report import document, plot, render_table, summarize
 from scheduler.sim.scenario import (
@@ -154,8 +155,12 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     policies = expand_policies(args.policy)
-    with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
-        doc, sims = simulate(scenario, policies, config, progress=progress, trace=trace)
+    try:
+        with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
+            doc, sims = simulate(scenario, policies, config, progress=progress, trace=trace)
+    except WorkLimitError as exc:
+        print(f"error: {one_line(scenario.source)}: {exc}", file=sys.stderr)
+        return 2
     if args.output == "json":
         print(json.dumps(doc, indent=2))
     else:

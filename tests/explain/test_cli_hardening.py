@@ -273,6 +273,24 @@ def test_simulate_job_waiting_behind_a_five_day_job(
     assert result["makespan_seconds"] == pytest.approx(5 * 86_400 + 10)
 
 
+def test_simulate_work_limit_ends_the_run_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Jobs waiting on one node are retried on every completion: work grows with their square.
+    monkeypatch.setattr("scheduler.sim.engine.WORK_LIMIT", 20_000)
+    jobs = [{"name": "j", "gpus": 8, "duration": 10, "count": 60}]
+    path = scenario(tmp_path / "s.yaml", jobs=jobs)
+    code = main(["simulate", path, "--policy", "topo+topo-dp"])
+    one_line_error(
+        capsys,
+        code,
+        "s.yaml: policy topo+topo-dp: more than 20,000 node evaluations",
+        "on 1 node(s)), the simulator's limit",
+    )
+    monkeypatch.setattr("scheduler.sim.engine.WORK_LIMIT", 10_000_000)
+    assert main(["simulate", path, "--policy", "topo+topo-dp"]) == 0
+
+
 # --------------------------------------------------------------------------- topology, agent
 
 
