@@ -15,6 +15,7 @@ import numpy as np
 
 from plugins._args import ResourceSpec
 from scheduler.core.model import PodInfo
+from scheduler.core.quantity import is_extended_resource
 from scheduler.core.snapshot import IntArray, NodeState, Snapshot
 
 __all__ = [
@@ -33,7 +34,7 @@ def is_native(name: str) -> bool:
 
 def is_extended(name: str) -> bool:
     """Extended resources such as `nvidia.com/gpu` (outside the kubernetes.io domain)."""
-    return not is_native(name) and not name.startswith("requests.")
+    return is_extended_resource(name)
 
 
 def is_scalar(name: str) -> bool:

@@ -45,6 +45,7 @@ from scheduler.core.framework import (
     ReasonMasks,
 )
 from scheduler.core.model import PodInfo
+from scheduler.core.quantity import is_extended_resource
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 from scheduler.core.topology.bandwidth import (
     DEFAULT_BANDWIDTH,
@@ -56,6 +57,7 @@ from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_TOPOLOGY,
     GPU_RESOURCE,
+    MAX_GPUS,
     Placement,
     Topology,
     TopologyError,
@@ -106,6 +108,11 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
         raise ConfigError(f"{path}.resourceName: must be a non-empty string")
+    if not is_extended_resource(resource):
+        raise ConfigError(
+            f"{path}.resourceName: must be an extended resource (a domain-qualified name "
+            f"outside kubernetes.io, e.g. {DEFAULT_RESOURCE}), got {resource!r}"
+        )
     try:
         table = PairScoreTable.from_args(data.get("pairScores"), path=f"{path}.pairScores")
         bandwidth = LinkBandwidth.from_args(data.get("linkBandwidth"), path=f"{path}.linkBandwidth")
@@ -462,6 +469,7 @@ class GPUTopology:
         if topology is None:
             row = snapshot.row.get(self.args.resource_name)
             total = int(snapshot.allocatable[row, slot]) if row is not None else 0
+            total = min(total, MAX_GPUS)  # GPU indices fit one int64 mask, whatever the node says
             used = int(snapshot.gpus.used[slot])
             unused = [i for i in range(total) if not used >> i & 1]
             return Allocation(tuple(unused[:count])) if len(unused) >= count else None

@@ -12,10 +12,7 @@ import json
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from scheduler.core.cache import Cache
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
@@ -46,6 +43,13 @@ from scheduler.core.model import (
 from scheduler.core.preemption import Plan, group_key
 from scheduler.core.priority import PriorityClass, resolve_priority
 from scheduler.core.queue import SchedulingQueue
+from scheduler.core.safeload import (
+    InputError,
+    load_yaml_all,
+    one_line,
+    read_input,
+    with_origin,
+)
 from scheduler.core.storage import STORAGE_KINDS
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
@@ -57,13 +61,9 @@ class ExplainError(ValueError):
 
 def _documents(path: str) -> list[Any]:
     try:
-        text = Path(path).read_text() if path != "-" else sys.stdin.read()
-    except OSError as exc:
-        raise ExplainError(f"{path}: {exc.strerror}") from None
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ExplainError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+        return [d for d in load_yaml_all(read_input(path), path) if d is not None]
+    except InputError as exc:
+        raise ExplainError(str(exc)) from None
 
 
 def _flatten(docs: Iterable[Any], path: str) -> list[Mapping[str, Any]]:
@@ -113,18 +113,23 @@ def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     storage: list[Any] = []
+    seen: dict[str, int] = {}
     try:
-        for obj in _flatten(_documents(path), path):
+        for i, obj in enumerate(_flatten(_documents(path), path)):
             kind = obj.get("kind")
+            if not isinstance(kind, str) or not kind:
+                raise ExplainError(f"{path}: object {i}: kind: is required (Node, Pod, ...)")
             if kind == "Node":
                 nodes.append(NodeInfo.from_object(obj))
+                _unique(seen, f"Node {nodes[-1].name}", i, path)
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
+                _unique(seen, f"Pod {pods[-1].key}", i, path)
             elif kind == "PodGroup":
                 api = str(obj.get("apiVersion") or "").split("/")[0]
                 if api in _GROUP_PARSERS:
                     cluster.groups.append(_GROUP_PARSERS[api](obj))
-            elif isinstance(kind, str) and kind in STORAGE_KINDS:
+            elif kind in STORAGE_KINDS:
                 storage.append(STORAGE_KINDS[kind].from_object(obj))
             elif kind == "PriorityClass":
                 cluster.classes.append(PriorityClass.from_object(obj))
@@ -141,6 +146,13 @@ def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
         cluster.cache.add_pod(pod)
     cluster.pending = [p for p in pods if p.node_name is None and not p.terminal]
     return cluster
+
+
+def _unique(seen: dict[str, int], name: str, index: int, path: str) -> None:
+    """kubectl never lists an object twice: a repeated Node or Pod name is an error."""
+    if name in seen:
+        raise ExplainError(f"{path}: object {index}: {name} repeats object {seen[name]}")
+    seen[name] = index
 
 
 def _load_pod(path: str) -> tuple[PodInfo, str | None]:
@@ -162,11 +174,11 @@ def _load_config(path: str | None) -> SchedulerConfiguration:
     if path is None:
         return default_config()
     try:
-        return load_config(Path(path).read_text(), origin=path)
-    except OSError as exc:
-        raise ExplainError(f"{path}: {exc.strerror}") from None
+        return load_config(read_input(path), origin=path)
+    except InputError as exc:
+        raise ExplainError(str(exc)) from None
     except ConfigError as exc:
-        raise ExplainError(f"{path}: {exc}") from None
+        raise ExplainError(with_origin(path, str(exc))) from None
 
 
 class DryRunBinder:
@@ -479,6 +491,10 @@ def run_explain(args: argparse.Namespace) -> int:
     from plugins import frameworks_for, gpu_resource, topology_levels
 
     try:
+        flags = (("--snapshot", args.snapshot), ("--pod", args.pod), ("--config", args.config))
+        stdin = [f"{flag} -" for flag, value in flags if value == "-"]
+        if len(stdin) > 1:
+            raise ExplainError(f"{' and '.join(stdin)}: only one of them can read stdin")
         config = _load_config(args.config)
         try:
             frameworks = frameworks_for(config)
@@ -498,7 +514,7 @@ def run_explain(args: argparse.Namespace) -> int:
         except ModelError as exc:
             raise ExplainError(f"{args.pod}: {exc}") from None
     except ExplainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     document = explain(
         cluster.cache,

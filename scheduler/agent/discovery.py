@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.core.topology.schema import SCHEMA_VERSION
+from scheduler.core.topology.schema import MAX_NUMA_NODE, SCHEMA_VERSION
 
 ReadFile = Callable[[str], str | None]
 
@@ -30,8 +30,8 @@ def read_sysfs_file(path: str) -> str | None:
     """Read a small text file; None when it does not exist or cannot be read."""
     try:
         with open(path, encoding="ascii") as handle:
-            return handle.read()
-    except OSError:
+            return handle.read(4096)
+    except (OSError, ValueError):  # ValueError: not ASCII text
         return None
 
 
@@ -57,10 +57,10 @@ def _numa_node(nvml: Any, handle: Any, bus_id: str | None, read_file: ReadFile) 
         text = read_file(f"/sys/bus/pci/devices/{bus_id}/numa_node")
         if text is not None:
             try:
-                value = int(text.strip())
+                value = int(text.strip()) if len(text.strip()) <= 8 else -1
             except ValueError:
                 value = -1
-            return value if value >= 0 else None
+            return value if 0 <= value <= MAX_NUMA_NODE else None
     try:
         words = nvml.nvmlDeviceGetMemoryAffinity(handle, 4, nvml.NVML_AFFINITY_SCOPE_NODE)
     except (nvml.NVMLError, AttributeError, TypeError):

@@ -177,7 +177,10 @@ class Agent:
             delay = (
                 self.config.interval
                 if ok
-                else min(self.config.interval, self.config.min_backoff * 2 ** (failures - 1))
+                # the exponent is capped: a node failing for days must not overflow the float
+                else min(
+                    self.config.interval, self.config.min_backoff * 2.0 ** min(failures - 1, 62)
+                )
             )
             if max_cycles is not None and cycles >= max_cycles:
                 return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from scheduler.core.safeload import InputError, one_line, read_input
 from scheduler.core.topology.nvidia_smi import parse_numa_list, parse_nvidia_smi
 from scheduler.core.topology.schema import TopologyError, topology_to_dict
 
@@ -17,19 +18,15 @@ def run_topology(args: argparse.Namespace) -> int:
         return 2
     source = "stdin" if args.file == "-" else args.file
     try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as handle:
-                text = handle.read()
-    except OSError as exc:
-        print(f"topology from-nvidia-smi: cannot read {source}: {exc.strerror}", file=sys.stderr)
+        text = read_input(args.file, source)
+    except InputError as exc:
+        print(f"topology from-nvidia-smi: cannot read {one_line(exc)}", file=sys.stderr)
         return 2
     try:
         numa = parse_numa_list(args.numa) if args.numa else None
         topology = parse_nvidia_smi(text, numa=numa, source=source)
     except TopologyError as exc:
-        print(f"topology from-nvidia-smi: {exc}", file=sys.stderr)
+        print(f"topology from-nvidia-smi: {one_line(exc)}", file=sys.stderr)
         return 2
     print(json.dumps(topology_to_dict(topology), indent=2))
     return 0

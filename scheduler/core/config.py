@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from scheduler.core.decode import FieldError, Fields
 from scheduler.core.framework import (
     POINTS,
@@ -23,6 +21,7 @@ from scheduler.core.framework import (
     Plugin,
     Registry,
 )
+from scheduler.core.safeload import InputError, load_yaml
 
 __all__ = [
     "API_VERSION",
@@ -237,9 +236,9 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
     """Parse and validate a KubeSchedulerConfiguration from YAML text or a mapping."""
     if isinstance(source, str):
         try:
-            data = yaml.safe_load(source)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{origin}: not valid YAML: {exc}".replace("\n", " ")) from None
+            data = load_yaml(source, origin)
+        except InputError as exc:
+            raise ConfigError(str(exc)) from None
     else:
         data = source
     if data is None:

@@ -137,7 +137,13 @@ class Fields:
         return self.integer(value, path, minimum=minimum)
 
     def number(
-        self, value: Any, path: str, default: float = _MISSING, *, minimum: float | None = None
+        self,
+        value: Any,
+        path: str,
+        default: float = _MISSING,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
     ) -> float:
         """A finite number; None gives `default` (required when there is none)."""
         if value is None:
@@ -149,6 +155,8 @@ class Fields:
             raise self.fail(path, f"must be a finite number, got {value!r}")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"must be >= {minimum:g}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise self.fail(path, f"must be <= {maximum:,.15g}, got {value!r}")
         return float(value)
 
     def boolean(self, value: Any, path: str, default: bool = _MISSING) -> bool:

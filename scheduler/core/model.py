@@ -8,6 +8,7 @@ error names the object and the field.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +16,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.decode import FieldError, Fields
-from scheduler.core.quantity import QuantityError, parse_quantity, to_units
+from scheduler.core.quantity import QuantityError, is_extended_resource, parse_quantity, to_units
 
 if TYPE_CHECKING:
     from scheduler.core.storage import PodResourceClaim, PodVolume
@@ -163,6 +164,10 @@ def _quantities(value: Any, where: Fields, path: str) -> Amounts:
             raise where.fail(
                 f"{path}.{name}", f"{quantity!r} is too large (at most 2^53-1 in kube's unit)"
             )
+        if amount.denominator != 1 and is_extended_resource(str(name)):
+            raise where.fail(
+                f"{path}.{name}", f"must be a whole number (an extended resource), got {quantity!r}"
+            )
         result[str(name)] = amount
     return result
 
@@ -304,9 +309,11 @@ def _pod_requests(
             _add(reqs, restartable_sum)
         _max(init_max, reqs)
     _max(total, init_max)
-    for name in ("cpu", "memory"):
-        if name in pod_level:
-            total[name] = pod_level[name]
+    # kube's IsSupportedPodLevelResource: cpu, memory and hugepages-<size> set at pod level
+    # replace what the containers add up to.
+    for name, amount in pod_level.items():
+        if name in ("cpu", "memory") or name.startswith("hugepages-"):
+            total[name] = amount
     _add(total, overhead)
     return total
 
@@ -443,6 +450,8 @@ class PodInfo:
         """Parse a Pod mapping (API JSON or YAML manifest)."""
         where, namespace, meta = _pod_identity(obj)
         spec = where.mapping(obj.get("spec"), "spec")
+        if spec.get("nodeName"):  # bound: it holds what can be read of it, whatever the rest
+            spec = _readable_resources(spec, where)
         status = where.mapping(obj.get("status"), "status")
         resources = _pod_resources(spec, where)
         required, preferred = _node_affinity(spec, where)
@@ -501,6 +510,80 @@ def _pod_identity(obj: Any) -> tuple[Fields, str, Mapping[str, Any]]:
     if not where.string(meta.get("name"), "metadata.name", ""):
         raise where.fail("metadata.name", "is required")
     return where, namespace, meta
+
+
+_log = logging.getLogger("topo_scheduler.core.model")
+_REPORTED: dict[str, None] = {}
+_REPORTED_MAX = 4096
+
+
+def _report_once(message: str) -> None:
+    """Log an unreadable part of a bound pod once (the last few thousand are remembered)."""
+    if message in _REPORTED:
+        return
+    if len(_REPORTED) >= _REPORTED_MAX:
+        del _REPORTED[next(iter(_REPORTED))]
+    _REPORTED[message] = None
+    _log.warning("%s; the bound pod holds the rest of its resources", message)
+
+
+def _readable_resources(spec: Mapping[str, Any], where: Fields) -> Mapping[str, Any]:
+    """A bound pod's spec with every resource quantity that cannot be read left out (and
+    logged once): the node still counts its cpu, memory, pods and GPUs, not nothing. A
+    resource whose amounts add up beyond the bound is left out everywhere."""
+    drop: set[str] = set()
+    totals: Amounts = {}
+
+    def readable(value: Any, path: str) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        kept = {}
+        for name, quantity in value.items():
+            if name in drop:
+                continue
+            try:
+                amounts = _quantities({name: quantity}, where, path)
+            except ModelError as exc:
+                _report_once(f"{exc} (left out)")
+                continue
+            _add(totals, amounts)
+            kept[name] = quantity
+        return kept
+
+    def resources(value: Any, path: str) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {
+            **value,
+            **{
+                key: readable(value[key], f"{path}.{key}")
+                for key in ("requests", "limits")
+                if key in value
+            },
+        }
+
+    while True:
+        totals.clear()
+        out = dict(spec)
+        for group in ("containers", "initContainers"):
+            items = spec.get(group)
+            if isinstance(items, list):
+                out[group] = [
+                    {**c, "resources": resources(c["resources"], f"spec.{group}[{i}].resources")}
+                    if isinstance(c, Mapping) and "resources" in c
+                    else c
+                    for i, c in enumerate(items)
+                ]
+        if "resources" in spec:
+            out["resources"] = resources(spec["resources"], "spec.resources")
+        if "overhead" in spec:
+            out["overhead"] = readable(spec["overhead"], "spec.overhead")
+        large = {name for name, total in totals.items() if to_units(name, total) >= MAX_AMOUNT}
+        if not large:
+            return out
+        for name in sorted(large):
+            _report_once(f"{where.prefix}spec: {name} adds up beyond 2^53-1 (left out)")
+        drop |= large
 
 
 @dataclass(frozen=True, slots=True)

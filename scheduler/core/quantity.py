@@ -9,9 +9,17 @@ resource (milli-CPU for ``cpu``, whole units for everything else).
 
 from __future__ import annotations
 
+from decimal import Decimal
 from fractions import Fraction
 
-__all__ = ["QuantityError", "format_milli", "parse_quantity", "resource_value", "to_units"]
+__all__ = [
+    "QuantityError",
+    "format_milli",
+    "is_extended_resource",
+    "parse_quantity",
+    "resource_value",
+    "to_units",
+]
 
 
 class QuantityError(ValueError):
@@ -92,7 +100,10 @@ def _go_int(text: str) -> int | None:
     digits = text[1:] if text[:1] in ("+", "-") else text
     if not digits or any(c not in _DIGITS for c in digits):
         return None
-    value = int(text)
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > 19:  # beyond int64 (and int() refuses thousands of digits)
+        return None
+    value = -int(significant) if text[:1] == "-" else int(significant)
     return value if -(2**63) <= value < 2**63 else None
 
 
@@ -142,7 +153,8 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if not text:
         raise QuantityError(f"{_FORMAT_WRONG}, got {value!r}")
     negative, num, denom, suffix = _split(text)
-    amount = Fraction(int(num + denom), 10 ** len(denom)) * _scale(text, suffix)
+    # Decimal reads any number of digits exactly (int() refuses more than 4,300).
+    amount = Fraction(Decimal(f"{num}.{denom}")) * _scale(text, suffix)
     if amount:
         amount = min(Fraction(_round_up(amount * _NANO), _NANO), _MAX_AMOUNT)
     return -amount if negative else amount
@@ -162,3 +174,11 @@ def resource_value(name: str, value: str | int | float) -> int:
 def format_milli(millis: int) -> str:
     """Render milli-CPU the way kubectl does: ``500m``, ``2``."""
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def is_extended_resource(name: str) -> bool:
+    """kube's IsExtendedResourceName: a `domain/name` outside the kubernetes.io domain (such
+    as `nvidia.com/gpu`), never cpu, memory, pods, ephemeral-storage or hugepages-<size>.
+    Pods and nodes may only hold whole units of it."""
+    native = "/" not in name or "kubernetes.io/" in name
+    return not native and not name.startswith("requests.")

@@ -22,6 +22,7 @@ import structlog
 
 from scheduler.core.config import ConfigError, SchedulerConfiguration, load_config
 from scheduler.core.framework import Framework
+from scheduler.core.safeload import with_origin
 from scheduler.kube.client import KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.informer import Backoff, Reflector
@@ -42,10 +43,10 @@ def load_and_build(
     `origin` (and `field`, the place of the text in it), never another exception."""
     where = f"{origin}: {field}: " if field else f"{origin}: "
     try:
-        config = load_config(text, origin=origin)
+        config = load_config(text, origin=where[:-2])
         return config, builder(config)
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        raise ConfigError(with_origin(where[:-2], str(exc))) from None
     except RecursionError:
         raise ConfigError(f"{where}nesting too deep") from None
     except Exception as exc:  # a YAML scalar Python refuses (huge integer, impossible date)

@@ -42,7 +42,9 @@ class Backoff:
     jitter: float = 1.0  # up to +100 %
 
     def delay(self, failures: int, rng: random.Random) -> float:
-        base = min(self.maximum, self.initial * self.factor ** max(0, failures - 1))
+        # the exponent is capped: factor**62 is past any maximum, and never overflows a float
+        exponent = min(max(0, failures - 1), 62)
+        base = min(self.maximum, self.initial * self.factor**exponent)
         return base * (1.0 + rng.random() * self.jitter)
 
 

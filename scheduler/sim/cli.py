@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
+from scheduler.core.safeload import InputError, one_line, read_input, with_origin
 from scheduler.sim.engine import (
     KUBE_NVIDIA_DP,
     POLICIES,
@@ -21,9 +22,16 @@ from scheduler.sim.engine import (
     TOPO,
     TOPO_NVIDIA_DP,
     Simulation,
+    WorkLimitError,
 )
 from scheduler.sim.report import document, plot, render_table, summarize
-from scheduler.sim.scenario import Scenario, ScenarioError, bundled_scenario_path, load_scenario
+from scheduler.sim.scenario import (
+    Scenario,
+    ScenarioError,
+    bundled_scenario_path,
+    check_limits,
+    load_scenario,
+)
 from scheduler.sim.trace import TraceReplay, load_trace, parse_window, replay_on
 
 __all__ = ["POLICY_CHOICES", "expand_policies", "run_simulate", "simulate"]
@@ -48,12 +56,12 @@ def _config(path: str | None) -> SchedulerConfiguration:
     if path is None:
         return default_config()
     try:
-        config = load_config(Path(path).read_text(), origin=path)
+        config = load_config(read_input(path), origin=path)
         frameworks_for(config)  # plugin args are validated when the profile is built
-    except OSError as exc:
-        raise ScenarioError(f"{path}: {exc.strerror}") from None
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from None
     except ConfigError as exc:
-        raise ScenarioError(f"{path}: {exc}") from None
+        raise ScenarioError(with_origin(path, str(exc))) from None
     return config
 
 
@@ -127,6 +135,10 @@ def _scenario(args: argparse.Namespace) -> tuple[Scenario, TraceReplay | None]:
     scenario = load_scenario(cluster, seed=args.seed, jobs_required=False)
     rows = load_trace(trace_path)
     replay = replay_on(scenario, rows, trace_path, window)
+    try:
+        check_limits(scenario)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{trace_path}: {exc}") from None
     if not scenario.jobs:
         raise ScenarioError(f"{trace_path}: no job to replay (window {window_text or '0:'})")
     scenario.name = f"{scenario.name} + {Path(trace_path).name}"
@@ -141,18 +153,22 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.plot and not str(args.plot).lower().endswith(".png"):
             raise ScenarioError(f"--plot: {args.plot}: must name a .png file")
     except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     policies = expand_policies(args.policy)
-    with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
-        doc, sims = simulate(
-            scenario,
-            policies,
-            config,
-            progress=progress,
-            trace=trace,
-            preemption=not args.no_preemption,
-        )
+    try:
+        with _progress_bar(sys.stderr.isatty(), 2 * len(scenario.jobs)) as progress:
+            doc, sims = simulate(
+                scenario,
+                policies,
+                config,
+                progress=progress,
+                trace=trace,
+                preemption=not args.no_preemption,
+            )
+    except WorkLimitError as exc:
+        print(f"error: {one_line(scenario.source)}: {exc}", file=sys.stderr)
+        return 2
     if args.output == "json":
         print(json.dumps(doc, indent=2))
     else:

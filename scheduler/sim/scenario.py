@@ -17,10 +17,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scheduler.core.decode import FieldError, Fields
-from scheduler.core.quantity import QuantityError, resource_value
+from scheduler.core.model import MAX_AMOUNT
+from scheduler.core.quantity import (
+    QuantityError,
+    is_extended_resource,
+    parse_quantity,
+    resource_value,
+    to_units,
+)
+from scheduler.core.safeload import InputError, load_yaml, read_input
 from scheduler.core.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
 from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
@@ -55,6 +61,13 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs", "checkpointInterval"}
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
+MAX_NODES = 10_000
+MAX_JOBS = 100_000
+MAX_NODE_JOBS = 20_000_000
+"""Nodes times jobs: the work of a run grows with both (10,000 nodes and 2,000 jobs take about
+40 s per policy on one core, in 200 MB)."""
+MAX_SECONDS = 10 * 365 * 86_400
+"""Times and durations: at most ten years of simulated seconds."""
 _NODE_FIELDS = {
     "name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint",
     "interNodeBandwidth", "network",
@@ -231,8 +244,8 @@ def _no_unknown(data: Mapping[str, Any], allowed: set[str], path: str) -> None:
 
 def _number(value: Any, path: str, *, default: float | None = None, minimum: float = 0.0) -> float:
     if default is None:
-        return _FIELDS.number(value, path, minimum=minimum)
-    return _FIELDS.number(value, path, default, minimum=minimum)
+        return _FIELDS.number(value, path, minimum=minimum, maximum=MAX_SECONDS)
+    return _FIELDS.number(value, path, default, minimum=minimum, maximum=MAX_SECONDS)
 
 
 def _integer(value: Any, path: str, *, default: int | None = None, minimum: int = 0) -> int:
@@ -253,11 +266,16 @@ def _quantity(value: Any, resource: str, path: str, *, default: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ScenarioError(f"{path}: must be a quantity such as 8 or 64Gi, got {value!r}")
     try:
-        amount = resource_value(resource, value)
+        exact = parse_quantity(value)
     except QuantityError as exc:
         raise ScenarioError(f"{path}: {exc}") from None
+    amount = to_units(resource, exact)
     if amount < 0:
         raise ScenarioError(f"{path}: must be >= 0, got {value!r}")
+    if amount >= MAX_AMOUNT:
+        raise ScenarioError(f"{path}: {value!r} is too large (at most 2^53-1 in kube's unit)")
+    if exact.denominator != 1 and is_extended_resource(resource):
+        raise ScenarioError(f"{path}: must be a whole number (an extended resource), got {value!r}")
     return str(value)
 
 
@@ -347,7 +365,7 @@ def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
     labels_raw = _mapping(data.get("labels"), f"{path}.labels")
     labels: dict[str, str] = {}
     for key, value in labels_raw.items():
-        labels[str(key)] = _string(str(value), f"{path}.labels.{key}")
+        labels[str(key)] = _FIELDS.string(value, f"{path}.labels.{key}")
     taints: list[dict[str, str]] = []
     raw_taints = data.get("taints")
     if raw_taints is not None and not isinstance(raw_taints, list):
@@ -448,6 +466,11 @@ def _requests(data: Mapping[str, Any], path: str, gpus: int) -> tuple[str, str]:
     mem_per = _quantity(data.get("memoryPerGpu"), "memory", f"{path}.memoryPerGpu", default="0")
     millis = resource_value("cpu", cpu) + _scaled(cpu_per, "cpu", gpus)
     memory_bytes = resource_value("memory", memory) + _scaled(mem_per, "memory", gpus)
+    for resource, amount in (("cpu", millis), ("memory", memory_bytes)):
+        if amount >= MAX_AMOUNT:
+            raise ScenarioError(
+                f"{path}: the job's {resource} request is too large (at most 2^53-1 in kube's unit)"
+            )
     return f"{millis}m", str(memory_bytes)
 
 
@@ -603,6 +626,7 @@ def parse_scenario(
     for i, raw in enumerate(raw_jobs):
         path = f"jobs[{i}]"
         item = _mapping(raw, path, required=True)
+        _within_job_limit(len(jobs), item, path)
         if "generate" in item:
             jobs.extend(_generated_jobs(item, path, used_seed, i))
         else:
@@ -617,7 +641,42 @@ def parse_scenario(
     scenario.checkpoint_interval = _number(
         top.get("checkpointInterval"), "checkpointInterval", default=0.0
     )
+    check_limits(scenario)
     return scenario
+
+
+def _within_job_limit(before: int, item: Mapping[str, Any], path: str) -> None:
+    """Refuse a job entry that would take the scenario past MAX_JOBS, before expanding it."""
+    key = "generate" if "generate" in item else "count"
+    planned = _integer(item.get(key), f"{path}.{key}", default=1)
+    if before + planned > MAX_JOBS:
+        raise ScenarioError(
+            f"{path}.{key}: {before + planned:,} jobs in all; the simulator takes at most "
+            f"{MAX_JOBS:,}"
+        )
+
+
+def check_limits(scenario: Scenario) -> None:
+    """The limits that keep a run within minutes and a few hundred MB (see MAX_* above)."""
+    nodes = scenario.node_count
+    if nodes > MAX_NODES:
+        raise ScenarioError(
+            f"nodes: {nodes:,} nodes in all; the simulator takes at most {MAX_NODES:,}"
+        )
+    jobs = len(scenario.jobs)
+    if jobs > MAX_JOBS:
+        raise ScenarioError(f"jobs: {jobs:,} jobs in all; the simulator takes at most {MAX_JOBS:,}")
+    if nodes * jobs > MAX_NODE_JOBS:
+        raise ScenarioError(
+            f"nodes x jobs: {nodes:,} x {jobs:,} is more than the simulator's limit of "
+            f"{MAX_NODE_JOBS:,} (fewer nodes or fewer jobs)"
+        )
+    for job in scenario.jobs:
+        if job.arrival > MAX_SECONDS:
+            raise ScenarioError(
+                f"jobs: {job.name} arrives at {job.arrival:,.0f} s, after the simulator's "
+                f"limit of {MAX_SECONDS:,} s (ten years)"
+            )
 
 
 def load_scenario(
@@ -626,13 +685,9 @@ def load_scenario(
     """Read and validate a scenario file; errors start with the file name and the field."""
     source = str(path)
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{source}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
+        data = load_yaml(read_input(path, source), source)
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from None
     try:
         return parse_scenario(data, source=source, seed=seed, jobs_required=jobs_required)
     except ScenarioError as exc:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scheduler.sim.scenario import Job, Scenario, ScenarioError, as_workers
+from scheduler.core.safeload import InputError, read_input
+from scheduler.sim.scenario import MAX_SECONDS, Job, Scenario, ScenarioError, as_workers
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -44,6 +45,9 @@ plus 4 CPUs and 16 GiB per GPU."""
 N = TypeVar("N", int, float)
 MIN_DURATION = 1.0
 """Rows of 0 seconds run this long (a pod that starts and stops)."""
+MAX_ROWS = 1_000_000
+"""Rows a trace file may hold (the replay window then picks the jobs to run)."""
+MAX_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -92,9 +96,15 @@ class TraceReplay:
 
 
 def _cell(
-    text: str, where: str, column: str, parse: Callable[[str], N], minimum: N, what: str
+    text: str,
+    where: str,
+    column: str,
+    parse: Callable[[str], N],
+    minimum: N,
+    what: str,
+    maximum: N,
 ) -> N | None:
-    """A checked cell: None when empty, else `parse(text)` >= minimum (finite)."""
+    """A checked cell: None when empty, else minimum <= `parse(text)` <= maximum."""
     if text == "":
         return None
     problem = f"{where}: {column}: must be {what}, got {text!r}"
@@ -102,28 +112,34 @@ def _cell(
         value = parse(text)
     except ValueError:
         raise ScenarioError(problem) from None
-    if not math.isfinite(value) or value < minimum:
+    if not math.isfinite(value) or value < minimum or value > maximum:
         raise ScenarioError(problem)
     return value
 
 
 def _seconds(text: str, where: str, column: str) -> float | None:
-    return _cell(text, where, column, float, 0.0, "a finite number of seconds >= 0")
+    what = f"a number of seconds from 0 to {MAX_SECONDS:,} (ten years)"
+    return _cell(text, where, column, float, 0.0, what, float(MAX_SECONDS))
 
 
 def _count(text: str, where: str, column: str, minimum: int) -> int | None:
-    return _cell(text, where, column, int, minimum, f"an integer >= {minimum}")
+    what = f"an integer from {minimum} to {MAX_GPUS:,}"
+    return _cell(text, where, column, _short_int, minimum, what, MAX_GPUS)
+
+
+def _short_int(text: str) -> int:
+    if len(text) > 20:
+        raise ValueError(text)
+    return int(text)
 
 
 def load_trace(path: str | Path) -> list[TraceRow]:
     """Read and check a trace CSV; errors: `FILE: line N: COLUMN: problem`."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{source}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{source}: not a UTF-8 text file") from None
+        text = read_input(path, source)
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from None
     reader = csv.reader(io.StringIO(text, newline=""))
     rows: list[TraceRow] = []
     try:
@@ -145,6 +161,8 @@ def load_trace(path: str | Path) -> list[TraceRow]:
             where = f"{source}: line {line}"
             if len(cells) != len(header):
                 raise ScenarioError(f"{where}: expected {len(header)} cells, got {len(cells)}")
+            if len(rows) >= MAX_ROWS:
+                raise ScenarioError(f"{where}: more than {MAX_ROWS:,} rows (the replay's limit)")
             cell = {name: cells[i].strip() for name, i in at.items()}
             rows.append(
                 TraceRow(

@@ -19,9 +19,11 @@ from tests.kube.test_e2e import _http
 
 GOOD = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 BAD = {
-    "nesting too deep": "[" * 50_000 + "]" * 50_000,
-    "integer too long": GOOD + "percentageOfNodesToScore: " + "1" * 5001 + "\n",
-    "day is out of range for month": GOOD + "percentageOfNodesToScore: 2020-02-30\n",
+    "nested more than 100 levels deep": "[" * 50_000 + "]" * 50_000,
+    "integer of 5,001 characters": GOOD + "percentageOfNodesToScore: " + "1" * 5001 + "\n",
+    # a YAML date is a string, as kube reads it
+    "not in valid range [0-100], got '2020-02-30'": GOOD
+    + "percentageOfNodesToScore: 2020-02-30\n",
 }
 
 

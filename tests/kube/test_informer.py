@@ -113,3 +113,14 @@ def test_empty_streams_back_off_instead_of_spinning() -> None:
 
     asyncio.run(run())
     assert 2 <= api.watches <= 8  # 0.05, 0.1, 0.2, 0.2 ... not thousands
+
+
+def test_backoff_after_thousands_of_failures_stays_at_its_maximum() -> None:
+    """An API server down for days: the reconnect delay is capped, never an OverflowError."""
+    import random
+
+    from scheduler.kube.informer import Backoff
+
+    backoff = Backoff(initial=0.8, maximum=30.0, jitter=0.0)
+    assert backoff.delay(1, random.Random(1)) == 0.8
+    assert backoff.delay(5000, random.Random(1)) == 30.0

@@ -77,12 +77,15 @@ def test_trace_jobs_start_at_the_window(tmp_path: Path) -> None:
     ("trace", "message"),
     [
         (HEADER + "a,1,2,3,,,\nb,1,2,x,,,\n",
-         "t.csv: line 3: gpus: must be an integer >= 0, got 'x'"),
+         "t.csv: line 3: gpus: must be an integer from 0 to 1,000,000, got 'x'"),
         (HEADER + "a,-1,2,3,,,\n",
-         "t.csv: line 2: arrival_s: must be a finite number of seconds >= 0, got '-1'"),
+         "t.csv: line 2: arrival_s: must be a number of seconds from 0 to "
+         "315,360,000 (ten years), got '-1'"),
         (HEADER + "a,1,soon,3,,,\n",
-         "t.csv: line 2: duration_s: must be a finite number of seconds >= 0, got 'soon'"),
-        (HEADER + "a,1,2,3,0,,\n", "t.csv: line 2: workers: must be an integer >= 1, got '0'"),
+         "t.csv: line 2: duration_s: must be a number of seconds from 0 to "
+         "315,360,000 (ten years), got 'soon'"),
+        (HEADER + "a,1,2,3,0,,\n",
+         "t.csv: line 2: workers: must be an integer from 1 to 1,000,000, got '0'"),
         (HEADER + "a,1,2\n", "t.csv: line 2: expected 7 cells, got 3"),
         ("job,arrival_s,gpus\n", "t.csv: line 1: header lacks column(s) duration_s, workers"),
         ("", "t.csv: line 1: empty file"),

@@ -150,6 +150,23 @@ def test_agent_backs_off_on_errors_and_recovers() -> None:
     assert nvml.calls.count("shutdown") == 2
 
 
+def test_agent_failing_for_days_keeps_backing_off() -> None:
+    # 1,100 failures in a row: the doubling backoff is capped, never a float overflow.
+    api = FakeNodeApi(fail_next=1_100)
+    nvml = FakeNvml(pcie_8gpu_2socket())
+    config = AgentConfig(node_name="gpu-1", interval=30.0, pod_resources_socket="")
+    agent = Agent(config, nvml, api, read_file=fake_sysfs(nvml.machine).get)
+    delays: list[float] = []
+
+    def wait(delay: float) -> bool:
+        delays.append(delay)
+        return len(delays) >= 1_101
+
+    assert agent.run(wait=wait) == 0
+    assert delays[:6] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+    assert set(delays[5:]) == {30.0} and len(api.patches) == 1
+
+
 class _FakeCoreV1:
     """Records what KubeNodeApi sends to the API server."""
 

@@ -57,12 +57,51 @@ def test_specific_cells() -> None:
 
 def test_old_driver_without_numa_column() -> None:
     text = _read("dgx1-v100-old-driver")
-    with pytest.raises(
-        TopologyError, match="no NUMA Affinity column; give the NUMA nodes with --numa"
-    ):
-        parse_nvidia_smi(text)
+    # NUMA nodes from the CPU Affinity groups (0-19,40-59 -> 0; 20-39,60-79 -> 1)
+    assert parse_nvidia_smi(text) == parse_nvidia_smi(_read("dgx1-v100"))  # SOC read as SYS
     topology = parse_nvidia_smi(text, numa=[0, 0, 0, 0, 1, 1, 1, 1])
-    assert topology == parse_nvidia_smi(_read("dgx1-v100"))  # SOC read as SYS
+    assert topology == parse_nvidia_smi(_read("dgx1-v100"))
+    swapped = parse_nvidia_smi(text, numa=[1, 1, 1, 1, 0, 0, 0, 0])  # --numa still wins
+    assert [g.numa_node for g in swapped.gpus] == [1, 1, 1, 1, 0, 0, 0, 0]
+    no_columns = "\n".join(line.rsplit("\t", 1)[0] for line in text.splitlines()[:9])
+    with pytest.raises(TopologyError, match="no NUMA Affinity or CPU Affinity column; give"):
+        parse_nvidia_smi(no_columns)
+
+
+@pytest.mark.parametrize(
+    ("affinities", "numa"),
+    [
+        (["0-7", "0-7", "8-15", "8-15"], [0, 0, 1, 1]),
+        (["8-15", "0-7", "N/A", "0-7"], [1, 0, None, 0]),  # numbered by the lowest CPU
+        (["0-3,8-11", "4-7,12-15", "0-3,8-11", "4-7,12-15"], [0, 1, 0, 1]),
+        (["0-63"] * 4, [0, 0, 0, 0]),
+    ],
+)
+def test_numa_from_cpu_affinity(affinities: list[str], numa: list[int | None]) -> None:
+    n = len(affinities)
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\n"
+    rows = "".join(
+        f"GPU{i}\t" + "\t".join(" X " if i == j else "SYS" for j in range(n))
+        + f"\t{affinities[i]}\n"
+        for i in range(n)
+    )
+    assert [g.numa_node for g in parse_nvidia_smi(header + rows).gpus] == numa
+
+
+@pytest.mark.parametrize(
+    ("affinities", "message"),
+    [
+        (["0-7", "0-15"], "CPU Affinity groups overlap"),
+        (["0-7", "cpu0"], "GPU1 CPU Affinity 'cpu0' is not a CPU list; give --numa"),
+        (["7-0", "0-7"], "GPU0 CPU Affinity '7-0' is not a CPU list"),
+        (["0-7", "\u00b9"], "is not a CPU list"),
+    ],
+)
+def test_cpu_affinity_that_is_not_numa(affinities: list[str], message: str) -> None:
+    header = "\tGPU0\tGPU1\tCPU Affinity\n"
+    rows = f"GPU0\t X \tSYS\t{affinities[0]}\nGPU1\tSYS\t X \t{affinities[1]}\n"
+    with pytest.raises(TopologyError, match=message):
+        parse_nvidia_smi(header + rows)
 
 
 def test_errors_name_the_cell() -> None:
@@ -110,7 +149,7 @@ def test_cli_numa_flag_and_stdin(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["dgx1-v100-old-driver.txt"], "give the NUMA nodes with --numa"),
+        (["dgx1-v100-old-driver.txt", "--numa", "0,0"], "2 NUMA nodes given for 8 GPUs"),
         (["dgx1-v100-old-driver.txt", "--numa", "0,a"], "--numa: 'a' is not a NUMA node number"),
         (["missing.txt"], "cannot read"),
     ],

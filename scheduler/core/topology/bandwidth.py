@@ -45,6 +45,10 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _LEVELS = ("board", "pix", "pxb", "phb", "node", "sys")
+MAX_GBPS = 1_000
+"""Each link-bandwidth argument's ceiling (GB/s per link or level; NVLink 5 carries 50): with
+MAX_NVLINKS links a pair stays below 64,000 GB/s, which keeps GPUTopology's node key inside
+int64 (see scoring.MAX_PAIR_SCORE)."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,12 @@ class LinkBandwidth:
             if key not in ("nvlink", *_LEVELS):
                 known = ", ".join(("nvlink", *_LEVELS))
                 raise TopologyError(f"{path}.{key}: unknown field (known: {known})")
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise TopologyError(f"{path}.{key}: must be a number > 0 (GB/s)")
+            valid = isinstance(value, int | float) and not isinstance(value, bool)
+            if not valid or not 0 < value <= MAX_GBPS:
+                raise TopologyError(
+                    f"{path}.{key}: must be a number > 0 (GB/s) and at most {MAX_GBPS:,}, "
+                    f"got {value!r}"
+                )
             values[key] = float(value)
         return cls(**values)
 

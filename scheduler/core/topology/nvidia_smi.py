@@ -2,9 +2,11 @@
 
 The matrix gives one cell per GPU pair: `NV#` (that many NVLinks; the PCIe level is then not
 shown, so it is left unknown) or a PCIe level (SYS, NODE, PHB, PXB, PIX; old drivers print
-SOC for SYS). NUMA nodes come from the `NUMA Affinity` column when present, else from the
-caller. GPUs found this way carry no uuid, model, memory or PCI bus id (null in the
-annotation) and are taken as healthy and not in MIG mode.
+SOC for SYS). NUMA nodes come from the caller, else the `NUMA Affinity` column, else (old
+drivers print no such column) the `CPU Affinity` column: GPUs with the same CPU list share a
+NUMA node, numbered in the order of each group's lowest CPU (the node with CPU 0 is node 0).
+GPUs found this way carry no uuid, model, memory or PCI bus id (null in the annotation) and
+are taken as healthy and not in MIG mode.
 
 NVSwitch links are not visible in the matrix; a GPU whose NVLink counts to its peers add up to
 more than MAX_DIRECT_NVLINKS cannot be wired directly, so all its NVLinks are marked as going
@@ -13,17 +15,27 @@ through an NVSwitch.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
-from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
+from scheduler.core.topology.schema import (
+    MAX_GPUS,
+    MAX_NUMA_NODE,
+    MAX_NVLINKS,
+    GpuInfo,
+    GpuLink,
+    Topology,
+    TopologyError,
+)
 
 MAX_DIRECT_NVLINKS = 18
 """Most NVLinks any GPU has had; more peer links than this imply an NVSwitch."""
 
 _MULTIWORD = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_GPU = re.compile(r"^GPU(\d+)$")
-_NV = re.compile(r"^NV(\d+)$")
+_GPU = re.compile(r"^GPU(\d{1,6})$", re.ASCII)
+_NV = re.compile(r"^NV(\d+)$", re.ASCII)
+_CPU_RANGE = re.compile(r"^(\d{1,7})(?:-(\d{1,7}))?$", re.ASCII)
 _LEVELS = {
     "SYS": "SYS",
     "SOC": "SYS",
@@ -38,15 +50,16 @@ _LEVELS = {
 def _header(lines: Sequence[str], source: str) -> tuple[int, list[str]]:
     for number, line in enumerate(lines):
         text = line
-        for i, name in enumerate(_MULTIWORD):
-            text = text.replace(name, f"\x00{i}")
+        markers = {f"\x00{i}\x00": name for i, name in enumerate(_MULTIWORD)}
+        for marker, name in markers.items():
+            text = text.replace(name, marker)
         tokens = text.split()
         if not tokens or tokens[0] != "GPU0":
             continue
         second = tokens[1] if len(tokens) > 1 else ""
         # A row reads "GPU0 X NV1 ...", the header "GPU0 GPU1 ..." or "GPU0 CPU Affinity ...".
         if not (second == "X" or second in _LEVELS or _NV.match(second)):
-            names = [_MULTIWORD[int(t[1:])] if t.startswith("\x00") else t for t in tokens]
+            names = [markers.get(t, t) for t in tokens]
             return number, names
     raise TopologyError(f"{source}: no `nvidia-smi topo -m` header line (GPU0 GPU1 ...) found")
 
@@ -65,6 +78,8 @@ def parse_nvidia_smi(
     if gpu_columns != [f"GPU{i}" for i in range(len(gpu_columns))]:
         raise TopologyError(f"{source}: header GPU columns are not GPU0..GPU{len(gpu_columns) - 1}")
     n = len(gpu_columns)
+    if n > MAX_GPUS:
+        raise TopologyError(f"{source}: {n} GPUs; at most {MAX_GPUS} are supported per node")
     cells: dict[int, dict[str, str]] = {}
     for number in range(start + 1, len(lines)):
         tokens = lines[number].split()
@@ -96,17 +111,24 @@ def parse_nvidia_smi(
         numa_nodes = []
         for i in range(n):
             affinity = cells[i].get("NUMA Affinity", "N/A")
-            if affinity.isdigit():
+            number = affinity.isascii() and affinity.isdigit() and len(affinity) <= 4
+            if number and int(affinity) <= MAX_NUMA_NODE:
                 numa_nodes.append(int(affinity))
             elif affinity == "N/A":
                 numa_nodes.append(None)
             else:
                 raise TopologyError(
-                    f"{source}: GPU{i} NUMA Affinity {affinity!r} is not a single NUMA node; "
+                    f"{source}: GPU{i} NUMA Affinity {affinity[:40]!r} is not a single NUMA node; "
                     "give --numa"
                 )
+    elif "CPU Affinity" in columns:
+        numa_nodes = _numa_from_cpus(
+            [cells[i].get("CPU Affinity", "N/A") for i in range(n)], source
+        )
     else:
-        raise TopologyError(f"{source}: no NUMA Affinity column; give the NUMA nodes with --numa")
+        raise TopologyError(
+            f"{source}: no NUMA Affinity or CPU Affinity column; give the NUMA nodes with --numa"
+        )
 
     raw: dict[tuple[int, int], tuple[str | None, int]] = {}
     for i in range(n):
@@ -120,7 +142,16 @@ def parse_nvidia_smi(
                 continue
             nv = _NV.match(cell)
             if nv:
-                value: tuple[str | None, int] = (None, int(nv.group(1)))
+                digits = nv.group(1).lstrip("0")
+                if len(digits) > 4 or int(digits or "0") > MAX_NVLINKS:
+                    shown = (
+                        cell if len(cell) <= 12 else f"{cell[:12]}... ({len(cell):,} characters)"
+                    )
+                    raise TopologyError(
+                        f"{source}: GPU{i} row, GPU{j} column: {shown!r}: more than "
+                        f"{MAX_NVLINKS} NVLinks"
+                    )
+                value: tuple[str | None, int] = (None, int(digits or "0"))
             elif cell in _LEVELS:
                 value = (_LEVELS[cell], 0)
             else:
@@ -149,6 +180,54 @@ def parse_nvidia_smi(
     return Topology(gpus=gpus, links=links_out)
 
 
+def _cpu_set(text: str) -> tuple[tuple[int, int], ...] | None:
+    """`0-19,40-59` -> ((0, 19), (40, 59)); None when it is not such a list."""
+    ranges: list[tuple[int, int]] = []
+    for part in text.split(","):
+        match = _CPU_RANGE.match(part)
+        if match is None:
+            return None
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        if high < low:
+            return None
+        ranges.append((low, high))
+    ranges.sort()
+    for (_, end), (start, _) in itertools.pairwise(ranges):
+        if start <= end:
+            return None
+    return tuple(ranges)
+
+
+def _numa_from_cpus(affinities: Sequence[str], source: str) -> list[int | None]:
+    """NUMA nodes from the `CPU Affinity` column: one node per distinct CPU list, numbered by
+    its lowest CPU; GPUs whose lists overlap without being equal cannot be placed."""
+    sets: list[tuple[tuple[int, int], ...] | None] = []
+    for i, text in enumerate(affinities):
+        if text == "N/A":
+            sets.append(None)
+            continue
+        cpus = _cpu_set(text)
+        if cpus is None:
+            shown = text if len(text) <= 40 else f"{text[:40]}..."
+            raise TopologyError(
+                f"{source}: GPU{i} CPU Affinity {shown!r} is not a CPU list; give --numa"
+            )
+        sets.append(cpus)
+    groups = sorted({cpus for cpus in sets if cpus is not None})
+    for k, group in enumerate(groups):
+        for other in groups[k + 1 :]:
+            if any(a <= d and c <= b for a, b in group for c, d in other):
+                raise TopologyError(
+                    f"{source}: CPU Affinity groups overlap without being equal "
+                    "(not one NUMA node each); give --numa"
+                )
+    if len(groups) > MAX_NUMA_NODE + 1:
+        raise TopologyError(f"{source}: more than {MAX_NUMA_NODE + 1} CPU Affinity groups")
+    node = {group: k for k, group in enumerate(groups)}
+    return [None if cpus is None else node[cpus] for cpus in sets]
+
+
 def parse_numa_list(text: str) -> list[int | None]:
     """Parse a `--numa 0,0,1,1` value (`-` or empty entry for unknown)."""
     out: list[int | None] = []
@@ -156,10 +235,10 @@ def parse_numa_list(text: str) -> list[int | None]:
         part = part.strip()
         if part in ("", "-"):
             out.append(None)
-        elif part.isdigit():
+        elif part.isascii() and part.isdigit() and len(part) <= 4 and int(part) <= MAX_NUMA_NODE:
             out.append(int(part))
         else:
-            raise TopologyError(f"--numa: {part!r} is not a NUMA node number")
+            raise TopologyError(f"--numa: {part[:40]!r} is not a NUMA node number")
     return out
 
 

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from scheduler.core.decode import FieldError, Fields
+from scheduler.core.safeload import InputError, load_json
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The GPU extended resource unless a profile's GPUTopology `resourceName` says otherwise."""
@@ -31,6 +32,12 @@ ANNOTATION_PLACEMENT = "topo-scheduler.io/gpu-placement"
 SCHEMA_VERSION = 1
 MAX_GPUS = 63
 """GPUs per node: a node's GPU set is a bitmask in one signed 64-bit word."""
+
+MAX_NVLINKS = 64
+"""NVLinks between one pair of GPUs (18 on an H100, NVSwitch links included): far above any
+machine, and low enough that no pair, set or node score can overflow (docs/gpu-topology.md)."""
+MAX_NUMA_NODE = 1023
+"""NUMA node ids: Linux's CONFIG_NODES_SHIFT allows at most 1,024 nodes."""
 
 PCIE_LEVELS: tuple[str, ...] = ("SYS", "NODE", "PHB", "PXB", "PIX", "BOARD")
 """Common-ancestor levels as `nvidia-smi topo -m` names them, farthest first."""
@@ -142,10 +149,14 @@ def _where(node: str, path: str) -> str:
 _FIELDS = Fields(TopologyError)
 
 
-def _int(value: Any, where: str, *, minimum: int = 0, nullable: bool = False) -> int | None:
-    if nullable:
-        return _FIELDS.optional_integer(value, where, minimum=minimum)
-    return _FIELDS.integer(value, where, minimum=minimum)
+def _int(
+    value: Any, where: str, *, minimum: int = 0, maximum: int, nullable: bool = False
+) -> int | None:
+    if nullable and value is None:
+        return None
+    if nullable and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _FIELDS.fail(where, f"must be an integer or null, got {value!r}")
+    return _FIELDS.integer(value, where, minimum=minimum, maximum=maximum)
 
 
 def _str(value: Any, where: str) -> str | None:
@@ -160,14 +171,21 @@ def _parse_gpu(raw: Any, i: int, node: str) -> GpuInfo:
     path = f"gpus[{i}]"
     if not isinstance(raw, Mapping):
         raise TopologyError(f"{_where(node, path)}: must be an object")
-    index = _int(raw.get("index"), _where(node, f"{path}.index"))
+    index = _int(raw.get("index"), _where(node, f"{path}.index"), maximum=MAX_GPUS - 1)
     assert index is not None
     return GpuInfo(
         index=index,
         uuid=_str(raw.get("uuid"), _where(node, f"{path}.uuid")),
         model=_str(raw.get("model"), _where(node, f"{path}.model")),
-        memory_mib=_int(raw.get("memoryMiB"), _where(node, f"{path}.memoryMiB"), nullable=True),
-        numa_node=_int(raw.get("numaNode"), _where(node, f"{path}.numaNode"), nullable=True),
+        memory_mib=_int(
+            raw.get("memoryMiB"), _where(node, f"{path}.memoryMiB"), maximum=2**53, nullable=True
+        ),
+        numa_node=_int(
+            raw.get("numaNode"),
+            _where(node, f"{path}.numaNode"),
+            maximum=MAX_NUMA_NODE,
+            nullable=True,
+        ),
         pci_bus_id=_str(raw.get("pciBusId"), _where(node, f"{path}.pciBusId")),
         healthy=_bool(raw.get("healthy"), _where(node, f"{path}.healthy"), True),
         mig_enabled=_bool(raw.get("migEnabled"), _where(node, f"{path}.migEnabled"), False),
@@ -180,7 +198,7 @@ def _parse_link(raw: Any, i: int, n: int, node: str) -> GpuLink:
         raise TopologyError(f"{_where(node, path)}: must be an object")
     ends: list[int] = []
     for end in ("a", "b"):
-        value = _int(raw.get(end), _where(node, f"{path}.{end}"))
+        value = _int(raw.get(end), _where(node, f"{path}.{end}"), maximum=MAX_GPUS - 1)
         assert value is not None
         if value >= n:
             raise TopologyError(
@@ -197,8 +215,10 @@ def _parse_link(raw: Any, i: int, n: int, node: str) -> GpuLink:
             f"{_where(node, f'{path}.pcie')}: must be one of {', '.join(PCIE_LEVELS)} or null, "
             f"got {pcie!r}"
         )
-    nvlinks = _int(raw.get("nvlinks", 0), _where(node, f"{path}.nvlinks"))
-    switched = _int(raw.get("nvswitchLinks", 0), _where(node, f"{path}.nvswitchLinks"))
+    nvlinks = _int(raw.get("nvlinks", 0), _where(node, f"{path}.nvlinks"), maximum=MAX_NVLINKS)
+    switched = _int(
+        raw.get("nvswitchLinks", 0), _where(node, f"{path}.nvswitchLinks"), maximum=MAX_NVLINKS
+    )
     assert nvlinks is not None and switched is not None
     if switched > nvlinks:
         raise TopologyError(
@@ -261,15 +281,25 @@ def topology_from_dict(data: Any, *, node: str = "<unknown>") -> Topology:
 def parse_topology(value: str | bytes | Mapping[str, Any], *, node: str = "<unknown>") -> Topology:
     """Parse the `topo-scheduler.io/gpu-topology` annotation (JSON text or decoded mapping)."""
     if isinstance(value, str | bytes):
-        try:
-            data = json.loads(value)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise TopologyError(
-                f"node {node}: annotation {ANNOTATION_TOPOLOGY}: invalid JSON: {exc}"
-            ) from None
+        data = _json(value, f"node {node}: annotation {ANNOTATION_TOPOLOGY}")
     else:
         data = value
     return topology_from_dict(data, node=node)
+
+
+def _json(value: Any, where: str) -> Any:
+    """An annotation's JSON within the loader's limits; TopologyError when unreadable."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TopologyError(f"{where}: invalid JSON: not UTF-8") from None
+    if not isinstance(value, str):
+        raise TopologyError(f"{where}: must be a string")
+    try:
+        return load_json(value, where)
+    except InputError as exc:
+        raise TopologyError(str(exc).replace("not valid JSON", "invalid JSON")) from None
 
 
 def topology_to_dict(topology: Topology) -> dict[str, Any]:
@@ -320,9 +350,11 @@ def parse_gpu_indices(text: str, *, pod: str = "<unknown>") -> tuple[int, ...]:
     parts = [p.strip() for p in text.split(",")] if text.strip() else []
     indices: list[int] = []
     for part in parts:
-        if not (part.isascii() and part.isdigit()) or int(part) >= MAX_GPUS:
+        digits = part.isascii() and part.isdigit() and len(part.lstrip("0")) <= 2
+        if not digits or int(part) >= MAX_GPUS:
+            shown = part if len(part) <= 20 else f"{part[:20]}... ({len(part):,} characters)"
             raise TopologyError(
-                f"{where}: {part!r} is not a GPU index 0..{MAX_GPUS - 1} (expected e.g. '0,1,2,3')"
+                f"{where}: {shown!r} is not a GPU index 0..{MAX_GPUS - 1} (expected e.g. '0,1,2,3')"
             )
         indices.append(int(part))
     if len(set(indices)) != len(indices):
@@ -338,10 +370,7 @@ def format_gpu_indices(indices: Iterable[int]) -> str:
 def parse_assignments(text: str, *, node: str = "<unknown>") -> dict[str, tuple[int, ...]]:
     """Parse the node annotation `topo-scheduler.io/gpu-assignments` (pod UID -> indices)."""
     where = f"node {node}: annotation {ANNOTATION_ASSIGNMENTS}"
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise TopologyError(f"{where}: invalid JSON: {exc}") from None
+    data = _json(text, where)
     if not isinstance(data, dict):
         raise TopologyError(f"{where}: must be an object of pod UID -> list of GPU indices")
     out: dict[str, tuple[int, ...]] = {}

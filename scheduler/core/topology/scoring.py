@@ -18,6 +18,10 @@ import networkx as nx
 from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
 
 PairMatrix = tuple[tuple[int, ...], ...]
+MAX_PAIR_SCORE = 10_000
+"""Each pair-score argument's ceiling (the defaults are 10..100). With at most MAX_NVLINKS
+links per pair and 63 GPUs a set score S stays below 1.3e9, and GPUTopology's node key
+(busbw in MB/s x (S_max + 1) + S, times 80) below 6.6e18, inside int64."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,12 @@ class PairScoreTable:
         values: dict[str, Any] = {}
         for key, value in raw.items():
             if key in names:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise TopologyError(f"{path}.{key}: must be a non-negative integer")
+                valid = isinstance(value, int) and not isinstance(value, bool)
+                if not valid or not 0 <= value <= MAX_PAIR_SCORE:
+                    raise TopologyError(
+                        f"{path}.{key}: must be a non-negative integer (at most "
+                        f"{MAX_PAIR_SCORE:,}), got {value!r}"
+                    )
                 values[names[key]] = value
             elif key in flags:
                 if not isinstance(value, bool):
