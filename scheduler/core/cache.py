@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import GPU_RESOURCE, GpuState
 
@@ -48,6 +48,16 @@ class Cache:
 
     def remove_node(self, name: str) -> None:
         self.snapshot.remove_node(name)
+
+    # ------------------------------------------------------------------ namespaces
+
+    def add_namespace(self, namespace: NamespaceInfo) -> None:
+        self.snapshot.set_namespace(namespace.name, namespace.labels)
+
+    update_namespace = add_namespace
+
+    def remove_namespace(self, name: str) -> None:
+        self.snapshot.set_namespace(name, None)
 
     @property
     def node_count(self) -> int:

@@ -53,6 +53,8 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
     ("NodeMemoryPressure", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("GPUTopology", 10),

@@ -14,6 +14,12 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from scheduler.core.podaffinity import (
+    PodAffinity,
+    SpreadConstraint,
+    parse_pod_affinity,
+    parse_spread_constraints,
+)
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 
 __all__ = [
@@ -21,6 +27,7 @@ __all__ = [
     "DEFAULT_MILLI_CPU_REQUEST",
     "HostPort",
     "ModelError",
+    "NamespaceInfo",
     "NodeInfo",
     "NodeSelector",
     "NodeSelectorRequirement",
@@ -358,6 +365,8 @@ class PodInfo:
     scheduling_gates: tuple[str, ...] = ()
     resource_version: str = ""
     container_count: int = 0
+    pod_affinity: PodAffinity = field(default_factory=PodAffinity)
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
 
     @property
     def key(self) -> str:
@@ -488,6 +497,11 @@ class PodInfo:
             for i, g in enumerate(_list(spec.get("schedulingGates"), where, "spec.schedulingGates"))
         )
         node_name = _str(spec.get("nodeName"), where, "spec.nodeName") or None
+        labels = _string_map(meta.get("labels"), where, "metadata.labels")
+        pod_affinity = parse_pod_affinity(affinity, where.error, namespace, labels)
+        spread = parse_spread_constraints(
+            spec.get("topologySpreadConstraints"), where.error, "spec.topologySpreadConstraints"
+        )
         return cls(
             namespace=namespace,
             name=name,
@@ -508,7 +522,7 @@ class PodInfo:
             ),
             required_affinity=required,
             preferred_affinity=tuple(preferred),
-            labels=_string_map(meta.get("labels"), where, "metadata.labels"),
+            labels=labels,
             annotations=_string_map(meta.get("annotations"), where, "metadata.annotations"),
             best_effort=best_effort,
             creation_timestamp=_timestamp(
@@ -521,6 +535,8 @@ class PodInfo:
             scheduling_gates=gates,
             resource_version=str(meta.get("resourceVersion") or ""),
             container_count=len(everything),
+            pod_affinity=pod_affinity,
+            spread_constraints=spread,
         )
 
 
@@ -612,3 +628,27 @@ class NodeInfo:
             images=images,
             resource_version=str(meta.get("resourceVersion") or ""),
         )
+
+
+# ---------------------------------------------------------------------------- namespaces
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """A namespace's name and labels (what `namespaceSelector` selects on)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NamespaceInfo:
+        if not isinstance(obj, Mapping):
+            raise ModelError(f"Namespace: must be a mapping, got {type(obj).__name__}")
+        meta = obj.get("metadata")
+        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+        where = _Path("Namespace", raw_name if isinstance(raw_name, str) else "")
+        meta = _mapping(meta, where, "metadata")
+        name = _str(meta.get("name"), where, "metadata.name")
+        if not name:
+            raise where.error("metadata.name", "is required")
+        return cls(name, _string_map(meta.get("labels"), where, "metadata.labels"))

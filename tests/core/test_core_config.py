@@ -18,6 +18,8 @@ DEFAULT_SCORES = [
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
     ("NodeResourcesFit", 1),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
 ]
@@ -28,6 +30,8 @@ DEFAULT_FILTERS = [
     "NodePorts",
     "NodeResourcesFit",
     "NodeMemoryPressure",
+    "PodTopologySpread",
+    "InterPodAffinity",
 ]
 
 
@@ -76,6 +80,8 @@ def test_reenabling_a_default_moves_it_first_with_the_new_weight() -> None:
         ("NodeAffinity", 7),
         ("TaintToleration", 3),
         ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
         ("ImageLocality", 1),
     ]
@@ -88,7 +94,7 @@ def test_zero_weight_means_one() -> None:
 
 def test_disabling_one_default() -> None:
     got = _scores({"score": {"disabled": [{"name": "ImageLocality"}]}})
-    assert got == DEFAULT_SCORES[:4]
+    assert got == DEFAULT_SCORES[:-1]
     assert "NodePorts" not in _filters({"filter": {"disabled": [{"name": "NodePorts"}]}})
 
 
@@ -102,7 +108,7 @@ def test_disabled_then_enabled_again_goes_last() -> None:
         }
     )
     assert got[-1] == ("TaintToleration", 9)
-    assert len(got) == 5
+    assert len(got) == len(DEFAULT_SCORES)
 
 
 def test_multipoint_and_prefilter_points() -> None:
