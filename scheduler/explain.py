@@ -1,8 +1,9 @@
 """`topo-scheduler explain`: why a pod is Pending, or why it landed where it did.
 
-Reads a cluster snapshot (what `kubectl get nodes,pods -A -o yaml` prints, or multi-document
-YAML of Nodes and Pods) and a Pod manifest, and runs the same framework the scheduler runs,
-on every node, printing each node's verdict, reasons and per-plugin scores.
+Reads a cluster snapshot (what `kubectl get nodes,pods,namespaces -A -o yaml` prints, or
+multi-document YAML of Nodes, Pods and Namespaces; Namespaces feed `namespaceSelector`) and a
+Pod manifest, and runs the same framework the scheduler runs, on every node, printing each
+node's verdict, reasons and per-plugin scores.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.model import ModelError, NamespaceInfo, NodeInfo, PodInfo
 from scheduler.core.queue import SchedulingQueue
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
@@ -64,10 +65,11 @@ def _flatten(docs: Iterable[Any], path: str) -> list[Mapping[str, Any]]:
 
 
 def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
-    """Fill a cache from a snapshot file: nodes, and the pods bound to them."""
+    """Fill a cache from a snapshot file: nodes, namespaces, and the pods bound to nodes."""
     cache = cache or Cache()
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
+    namespaces: list[NamespaceInfo] = []
     for obj in _flatten(_documents(path), path):
         kind = obj.get("kind")
         try:
@@ -75,8 +77,12 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
                 nodes.append(NodeInfo.from_object(obj))
             elif kind == "Pod":
                 pods.append(PodInfo.from_object(obj))
+            elif kind == "Namespace":
+                namespaces.append(NamespaceInfo.from_object(obj))
         except ModelError as exc:
             raise ExplainError(f"{path}: {exc}") from None
+    for namespace in namespaces:
+        cache.add_namespace(namespace)
     for node in nodes:
         cache.add_node(node)
     for pod in pods:

@@ -40,6 +40,7 @@ class ClusterEvent(enum.Enum):
     NODE_UPDATE = "NodeUpdate"
     NODE_TOPOLOGY = "NodeTopologyChange"
     POD_DELETE = "AssignedPodDelete"
+    NAMESPACE_UPDATE = "NamespaceUpdate"
     CONFIG_CHANGE = "ConfigChange"
 
 

@@ -38,7 +38,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NodeInfo, PodInfo
+from scheduler.core.model import ModelError, NamespaceInfo, NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import (
@@ -154,6 +154,16 @@ class KubeScheduler(CycleHooks):
             backoff=self.options.reflector_backoff,
             on_relist=self._relisted,
         )
+        # Namespace labels feed the namespaceSelector of pod (anti-)affinity terms.
+        self.namespaces = Reflector(
+            client,
+            "/api/v1/namespaces",
+            _GuardedHandler("Namespace", self._namespaces_upsert, self._namespaces_delete),
+            name="namespaces",
+            watch_timeout=self.options.watch_timeout,
+            backoff=self.options.reflector_backoff,
+            on_relist=self._relisted,
+        )
         self.foreign: set[str] = set()  # unbound pods of other schedulers
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
@@ -171,11 +181,16 @@ class KubeScheduler(CycleHooks):
 
     @property
     def synced(self) -> bool:
-        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+        return (
+            self.pods.synced.is_set()
+            and self.nodes.synced.is_set()
+            and self.namespaces.synced.is_set()
+        )
 
     async def start(self) -> None:
         """Start informers and event workers (standbys run these too)."""
         self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
+        self._tasks.append(asyncio.create_task(self.namespaces.run(), name="namespaces-informer"))
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
@@ -187,6 +202,7 @@ class KubeScheduler(CycleHooks):
 
     async def wait_synced(self) -> None:
         await self.nodes.synced.wait()
+        await self.namespaces.synced.wait()
         await self.pods.synced.wait()
 
     async def schedule_loop(self) -> None:
@@ -583,6 +599,22 @@ class KubeScheduler(CycleHooks):
         name = str((obj.get("metadata") or {}).get("name"))
         self.cache.remove_node(name)
         log.info("node removed", node=name)
+
+    def _namespaces_upsert(self, obj: Obj, old: Obj | None) -> None:
+        try:
+            namespace = NamespaceInfo.from_object(obj)
+        except ModelError as exc:
+            log.error("namespace not understood", error=str(exc))
+            return
+        before = dict(self.cache.snapshot.namespaces.get(namespace.name) or {})
+        self.cache.add_namespace(namespace)
+        if old is not None and before != dict(namespace.labels):
+            # a relabelled namespace can satisfy a pod's namespaceSelector
+            self.queue.move_all(ClusterEvent.NAMESPACE_UPDATE)
+            self._wakeup.set()
+
+    def _namespaces_delete(self, obj: Obj) -> None:
+        self.cache.remove_namespace(str((obj.get("metadata") or {}).get("name")))
 
     # -- gauges ---------------------------------------------------------------------------
 

@@ -62,6 +62,8 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("", "nodes", "get", ""),
         ("", "nodes", "list", ""),
         ("", "nodes", "watch", ""),
+        ("", "namespaces", "list", ""),
+        ("", "namespaces", "watch", ""),
         ("", "events", "create", ""),
         ("", "events", "patch", ""),
         ("events.k8s.io", "events", "create", ""),
