@@ -166,7 +166,7 @@ class InterPodAffinity:
             return None
         ns_labels = snapshot.namespaces.get(pod.namespace)
         values: dict[str, set[int]] = {}
-        for term, slots in index.of_kind(REQUIRED_ANTI):
+        for term, slots in index.candidates(REQUIRED_ANTI, pod.labels):
             assert isinstance(term, AffinityTerm)
             if not term.matches(pod.namespace, pod.labels, ns_labels):
                 continue
@@ -223,7 +223,7 @@ class InterPodAffinity:
         if self.args.hard_pod_affinity_weight > 0:
             kinds.insert(0, (REQUIRED, 1))
         for kind, sign in kinds:
-            for entry, slots in index.of_kind(kind):
+            for entry, slots in index.candidates(kind, pod.labels):
                 if isinstance(entry, WeightedTerm):
                     term, weight = entry.term, entry.weight
                 else:

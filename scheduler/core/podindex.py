@@ -179,19 +179,36 @@ PREFERRED = "preferred"
 PREFERRED_ANTI = "preferred_anti"
 
 
+Entry = AffinityTerm | WeightedTerm
+
+
+def _anchor(entry: Entry) -> tuple[str, frozenset[str]] | None:
+    """A label the matched pod must carry for the term to match it: the key and values of
+    the selector's first In requirement (None: the term has no such requirement)."""
+    term = entry.term if isinstance(entry, WeightedTerm) else entry
+    for req in term.selector.requirements or ():
+        if req.operator == "In":
+            return req.key, req.values
+    return None
+
+
 class TermIndex:
-    """The affinity terms bound pods carry, each with the slots (and pod counts) carrying it."""
+    """The affinity terms bound pods carry, each with the slots (and pod counts) carrying it.
+
+    Terms are also indexed by a label the pod they match must carry (`_anchor`), so finding
+    the terms that may match an incoming pod visits the pod's labels, not every term."""
 
     def __init__(self) -> None:
-        self._terms: dict[TermKind, dict[AffinityTerm | WeightedTerm, Counter[int]]] = {
-            kind: {} for kind in (REQUIRED, REQUIRED_ANTI, PREFERRED, PREFERRED_ANTI)
-        }
+        kinds = (REQUIRED, REQUIRED_ANTI, PREFERRED, PREFERRED_ANTI)
+        self._terms: dict[TermKind, dict[Entry, Counter[int]]] = {k: {} for k in kinds}
+        self._anchored: dict[TermKind, dict[tuple[str, str], set[Entry]]] = {k: {} for k in kinds}
+        self._loose: dict[TermKind, set[Entry]] = {k: set() for k in kinds}
 
     def add(self, slot: int, pod: PodInfo, sign: int) -> None:
         aff = pod.pod_affinity
         if not aff.any:
             return
-        groups: tuple[tuple[TermKind, tuple[AffinityTerm | WeightedTerm, ...]], ...] = (
+        groups: tuple[tuple[TermKind, tuple[Entry, ...]], ...] = (
             (REQUIRED, aff.required),
             (REQUIRED_ANTI, aff.required_anti),
             (PREFERRED, aff.preferred),
@@ -205,13 +222,50 @@ class TermIndex:
                     if sign < 0:
                         continue
                     slots = index[term] = Counter()
+                    self._link(kind, term, True)
                 slots[slot] += sign
                 if slots[slot] <= 0:
                     del slots[slot]
                 if not slots:
                     del index[term]
+                    self._link(kind, term, False)
 
-    def of_kind(self, kind: TermKind) -> Iterator[tuple[AffinityTerm | WeightedTerm, Counter[int]]]:
+    def _link(self, kind: TermKind, term: Entry, add: bool) -> None:
+        anchor = _anchor(term)
+        if anchor is None:
+            if add:
+                self._loose[kind].add(term)
+            else:
+                self._loose[kind].discard(term)
+            return
+        anchored = self._anchored[kind]
+        for value in anchor[1]:
+            label = (anchor[0], value)
+            if add:
+                anchored.setdefault(label, set()).add(term)
+            else:
+                terms = anchored.get(label)
+                if terms is not None:
+                    terms.discard(term)
+                    if not terms:
+                        del anchored[label]
+
+    def candidates(
+        self, kind: TermKind, labels: Mapping[str, str]
+    ) -> Iterator[tuple[Entry, Counter[int]]]:
+        """The terms of a kind that may match a pod with these labels, with their slots."""
+        index = self._terms[kind]
+        anchored = self._anchored[kind]
+        seen: set[Entry] = set()
+        for item in labels.items():
+            for term in anchored.get(item, ()):
+                if term not in seen:
+                    seen.add(term)
+                    yield term, index[term]
+        for term in self._loose[kind]:
+            yield term, index[term]
+
+    def of_kind(self, kind: TermKind) -> Iterator[tuple[Entry, Counter[int]]]:
         return iter(self._terms[kind].items())
 
     def has(self, kind: TermKind) -> bool:
