@@ -28,6 +28,12 @@ class Domains:
         present: BoolArray = self.ids >= 0
         return present
 
+    def per_slot(self, totals: IntArray) -> IntArray:
+        """Each slot's domain total (0 where the slot has no domain)."""
+        padded = np.append(totals, np.zeros(1, totals.dtype))  # id -1 reads the 0 appended
+        out: IntArray = padded[self.ids]
+        return out
+
 
 def topology_domains(snapshot: Snapshot, key: str) -> Domains:
     """The domains of a topology key, cached until node labels or the node set change."""

@@ -132,7 +132,7 @@ class InterPodAffinity:
                 continue
             domains = topology_domains(snapshot, term.topology_key)
             totals = domain_totals(domains, counts)
-            anti |= domains.present & (totals[domains.ids] > 0)
+            anti |= domains.present & (domains.per_slot(totals) > 0)
         existing_mask = existing if existing is not None else nothing
         state.write(_FILTER_KEY, _FilterState(affinity, anti, existing_mask))
         return None
@@ -150,7 +150,7 @@ class InterPodAffinity:
             if totals.any():
                 any_counted = True
             missing |= ~domains.present
-            all_exist &= domains.present & (totals[domains.ids] > 0)
+            all_exist &= domains.present & (domains.per_slot(totals) > 0)
         # The first pod of a group: no pod matches anywhere and the pod matches its own terms.
         first = not any_counted and all(t.matches(pod.namespace, pod.labels, None) for t in terms)
         if first:
@@ -242,7 +242,7 @@ class InterPodAffinity:
         scores = np.zeros(snapshot.capacity, np.int64)
         for key, totals in by_key.items():
             domains = topology_domains(snapshot, key)
-            scores += np.where(domains.present, totals[domains.ids], 0)
+            scores += domains.per_slot(totals)
         state.write(_SCORE_KEY, scores)
         return True
 

@@ -226,7 +226,7 @@ class PodTopologySpread:
             lacking = undecided & ~d.present
             missing |= lacking
             undecided &= d.present
-            skew = np.where(d.present, totals[d.ids], 0) + self_match - minimum
+            skew = d.per_slot(totals) + self_match - minimum
             bad = undecided & (skew > c.max_skew)
             skewed |= bad
             undecided &= ~bad
@@ -268,7 +268,7 @@ class PodTopologySpread:
                 if require_all:
                     eligible &= has_all
                 totals = np.bincount(ids[eligible], weights=counts[eligible], minlength=size)
-                cnt = np.where(ids >= 0, totals.astype(np.int64)[ids], 0)
+                cnt = np.append(totals.astype(np.int64), 0)[ids]
             term = cnt.astype(np.float64) * weight + float(c.max_skew - 1)
             total += np.where(d.present, term, 0.0)
         floor = np.floor(total)

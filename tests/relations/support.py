@@ -146,3 +146,20 @@ def run_plugin(
     got_scores = {n: int(vector[snap.index[n]]) for n in ref_scores}
     assert got_scores == ref_scores, (got_scores, ref_scores)
     return reasons, got_scores
+
+
+def assert_agree(fw: Framework, p: PodInfo, cache: Cache) -> str | None:
+    """The whole profile's decision by both paths: same reasons per node, same scores per
+    plugin, same totals and node; returns the node."""
+    snap = cache.snapshot
+    result = fw.schedule(p, snap)
+    ref = schedule_reference(fw, p, snap)
+    for slot in snap.live_slots():
+        name = str(snap.names[slot])
+        assert result.node_reasons(slot) == ref.reasons.get(name, []), name
+    assert set(result.scores) == set(ref.scores)
+    for plugin, by_name in ref.scores.items():
+        got = {n: int(result.scores[plugin][snap.index[n]]) for n in by_name}
+        assert got == by_name, plugin
+    assert result.node == ref.node
+    return result.node
