@@ -198,7 +198,7 @@ FRAMEWORKS = [
                 hard_pod_affinity_weight=7, ignore_preferred_terms_of_existing_pods=True
             )
         )
-    ),  # fmt: skip
+    ),
     solo(PodTopologySpread()),
 ]
 
