@@ -1,0 +1,63 @@
+"""In cluster, over the API-server emulator: workers with mutual anti-affinity (the term selects
+namespaces by label, so the scheduler must watch Namespaces) land on different nodes, and the
+one that fits nowhere waits with kube's message."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.emulator import NAMESPACES, PODS, Emulator, make_pod
+from tests.emulator.fixture import emulator
+from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
+
+__all__ = ["emulator"]
+
+
+def worker(name: str) -> dict[str, object]:
+    obj = make_pod(name, namespace="training", labels={"app": "worker"}, gpus=1)
+    obj["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "worker"}},
+                    "namespaceSelector": {"matchLabels": {"team": "ml"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    return obj
+
+
+def test_mutual_anti_affinity_spreads_workers_and_the_third_waits(emulator: Emulator) -> None:
+    namespace = {"name": "training", "labels": {"team": "ml"}}
+    emulator.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": namespace})
+    emulator.create_node("n0", gpus=8)
+    emulator.create_node("n1", gpus=8)
+    for name in ("w0", "w1"):
+        emulator.create(PODS, worker(name), "training")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        keys = ["training/w0", "training/w1"]
+        await wait_for(lambda: all_bound_once(emulator, keys), what="two workers bound")
+        emulator.create(PODS, worker("w2"), "training")
+
+        def waiting() -> bool:
+            conditions = emulator.pod("training/w2")["status"].get("conditions") or []
+            return any(c.get("reason") == "Unschedulable" for c in conditions)
+
+        await wait_for(waiting, what="PodScheduled=False on the third worker")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    nodes = {emulator.pod(f"training/{n}")["spec"]["nodeName"] for n in ("w0", "w1")}
+    assert nodes == {"n0", "n1"}
+    third = emulator.pod("training/w2")
+    assert third["spec"].get("nodeName") is None
+    assert emulator.binding_posts("training/w2") == 0
+    cond = next(c for c in third["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert cond["status"] == "False"
+    assert cond["message"] == (
+        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+    )
