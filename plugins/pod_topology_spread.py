@@ -34,13 +34,8 @@ from plugins.node_affinity import required_matches
 from plugins.taint_toleration import untolerated_reason
 from scheduler.core.config import ConfigError, strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
-from scheduler.core.model import ModelError, PodInfo
-from scheduler.core.podaffinity import (
-    LabelSelector,
-    SpreadConstraint,
-    effective_selector,
-    parse_spread_constraint,
-)
+from scheduler.core.model import PodInfo, parse_spread_constraint
+from scheduler.core.podaffinity import LabelSelector, SpreadConstraint, effective_selector
 from scheduler.core.reference import Cluster
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -90,9 +85,6 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> PodTopologySpreadArg
             "not empty"
         )
 
-    def fail(field_path: str, message: str) -> ConfigError:
-        return ConfigError(f"{field_path}: {message}")
-
     constraints: list[SpreadConstraint] = []
     for i, item in enumerate(raw_constraints):
         p = f"{path}.defaultConstraints[{i}]"
@@ -101,10 +93,7 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> PodTopologySpreadArg
                 f"{p}.labelSelector: Forbidden: constraint must not define a selector, as "
                 "they deduced for each pod"
             )
-        try:
-            c = parse_spread_constraint(item, fail, p)
-        except ModelError as exc:  # pragma: no cover - fail builds ConfigError
-            raise ConfigError(str(exc)) from None
+        c = parse_spread_constraint(item, _ArgsField(), p)
         for j, other in enumerate(constraints):
             if (other.topology_key, other.when_unsatisfiable) == (
                 c.topology_key,
@@ -116,6 +105,13 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> PodTopologySpreadArg
                 )
         constraints.append(c)
     return PodTopologySpreadArgs(tuple(constraints), defaulting)
+
+
+class _ArgsField:
+    """Errors about plugin args name the field only (the path starts at the profile)."""
+
+    def error(self, field_path: str, message: str) -> ConfigError:
+        return ConfigError(f"{field_path}: {message}")
 
 
 @dataclass(frozen=True, slots=True)

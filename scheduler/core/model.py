@@ -12,13 +12,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler.core.podaffinity import (
+    NOTHING,
+    AffinityTerm,
+    LabelRequirement,
+    LabelSelector,
     PodAffinity,
     SpreadConstraint,
-    parse_pod_affinity,
-    parse_spread_constraints,
+    WeightedTerm,
+    label_key_requirements,
 )
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 
@@ -125,6 +129,12 @@ class PreferredTerm:
 # ---------------------------------------------------------------------------- helpers
 
 
+class _Where(Protocol):
+    """Names the object (or configuration) in errors about one of its fields."""
+
+    def error(self, field_path: str, message: str) -> Exception: ...
+
+
 class _Path:
     """Names the object and field in errors: ``Pod default/web: spec.containers[0]...``."""
 
@@ -135,7 +145,7 @@ class _Path:
         return ModelError(f"{self.prefix}: {field_path}: {message}")
 
 
-def _mapping(value: Any, where: _Path, path: str) -> Mapping[str, Any]:
+def _mapping(value: Any, where: _Where, path: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -143,7 +153,7 @@ def _mapping(value: Any, where: _Path, path: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, where: _Path, path: str) -> list[Any]:
+def _list(value: Any, where: _Where, path: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -151,7 +161,21 @@ def _list(value: Any, where: _Path, path: str) -> list[Any]:
     return value
 
 
-def _str(value: Any, where: _Path, path: str, default: str = "") -> str:
+def _named(obj: Any, kind: str) -> tuple[_Path, Mapping[str, Any], str]:
+    """A cluster-scoped object's error prefix, metadata and (required) name."""
+    if not isinstance(obj, Mapping):
+        raise ModelError(f"{kind}: must be a mapping, got {type(obj).__name__}")
+    meta = obj.get("metadata")
+    raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+    where = _Path(kind, raw_name if isinstance(raw_name, str) else "")
+    meta = _mapping(meta, where, "metadata")
+    name = _str(meta.get("name"), where, "metadata.name")
+    if not name:
+        raise where.error("metadata.name", "is required")
+    return where, meta, name
+
+
+def _str(value: Any, where: _Where, path: str, default: str = "") -> str:
     if value is None:
         return default
     if not isinstance(value, str):
@@ -159,12 +183,16 @@ def _str(value: Any, where: _Path, path: str, default: str = "") -> str:
     return value
 
 
-def _int(value: Any, where: _Path, path: str, default: int = 0) -> int:
+def _int(value: Any, where: _Where, path: str, default: int = 0) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise where.error(path, f"must be an integer, got {value!r}")
     return value
+
+
+def _strings(value: Any, where: _Where, path: str) -> tuple[str, ...]:
+    return tuple(_str(v, where, f"{path}[{i}]") for i, v in enumerate(_list(value, where, path)))
 
 
 def _string_map(value: Any, where: _Path, path: str) -> dict[str, str]:
@@ -254,6 +282,187 @@ def _term(raw: Any, where: _Path, path: str) -> NodeSelectorTerm:
             _requirement(f, where, f"{path}.matchFields[{i}]") for i, f in enumerate(fields)
         ),
     )
+
+
+# ---------------------------------------------------------------------------- pod relations
+
+_SET_OPERATORS = ("In", "NotIn")
+_EXISTENCE_OPERATORS = ("Exists", "DoesNotExist")
+
+
+def parse_label_selector(raw: Any, where: _Where, path: str) -> LabelSelector:
+    """metav1.LabelSelectorAsSelector: None selects nothing, `{}` everything."""
+    if raw is None:
+        return NOTHING
+    data = _mapping(raw, where, path)
+    requirements: list[LabelRequirement] = []
+    match_labels = _mapping(data.get("matchLabels"), where, f"{path}.matchLabels")
+    for key, value in match_labels.items():
+        value = _str(value, where, f"{path}.matchLabels.{key}")
+        requirements.append(LabelRequirement(str(key), "In", frozenset((value,))))
+    exprs = _list(data.get("matchExpressions"), where, f"{path}.matchExpressions")
+    for i, item in enumerate(exprs):
+        p = f"{path}.matchExpressions[{i}]"
+        expr = _mapping(item, where, p)
+        key = _str(expr.get("key"), where, f"{p}.key")
+        if not key:
+            raise where.error(f"{p}.key", "is required")
+        op = _str(expr.get("operator"), where, f"{p}.operator")
+        values = _strings(expr.get("values"), where, f"{p}.values")
+        if op in _SET_OPERATORS:
+            if not values:
+                message = f"must be specified when `operator` is '{op}'"
+                raise where.error(f"{p}.values", message)
+        elif op in _EXISTENCE_OPERATORS:
+            if values:
+                message = f"may not be specified when `operator` is '{op}'"
+                raise where.error(f"{p}.values", message)
+        else:
+            raise where.error(
+                f"{p}.operator",
+                f'Unsupported value: "{op}": supported values: '
+                '"DoesNotExist", "Exists", "In", "NotIn"',
+            )
+        requirements.append(LabelRequirement(key, op, frozenset(values)))
+    return LabelSelector(tuple(requirements))
+
+
+def _affinity_term(
+    raw: Any, where: _Where, path: str, namespace: str, labels: Mapping[str, str]
+) -> AffinityTerm:
+    data = _mapping(raw, where, path)
+    selector = parse_label_selector(data.get("labelSelector"), where, f"{path}.labelSelector")
+    match_keys = _strings(data.get("matchLabelKeys"), where, f"{path}.matchLabelKeys")
+    mismatch_keys = _strings(data.get("mismatchLabelKeys"), where, f"{path}.mismatchLabelKeys")
+    # The API server's merge: only into a selector that exists (a missing one selects nothing).
+    selector = selector.merged(
+        label_key_requirements(match_keys, "In", labels)
+        + label_key_requirements(mismatch_keys, "NotIn", labels)
+    )
+    names = _strings(data.get("namespaces"), where, f"{path}.namespaces")
+    raw_ns_selector = data.get("namespaceSelector")
+    ns_selector = parse_label_selector(raw_ns_selector, where, f"{path}.namespaceSelector")
+    if not names and raw_ns_selector is None:
+        names = (namespace,)
+    topology_key = _str(data.get("topologyKey"), where, f"{path}.topologyKey")
+    if not topology_key:
+        raise where.error(f"{path}.topologyKey", "can not be empty")
+    return AffinityTerm(selector, frozenset(names), ns_selector, topology_key)
+
+
+def _terms(
+    raw: Any, where: _Where, path: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[AffinityTerm, ...]:
+    return tuple(
+        _affinity_term(t, where, f"{path}[{i}]", namespace, labels)
+        for i, t in enumerate(_list(raw, where, path))
+    )
+
+
+def _weighted(
+    raw: Any, where: _Where, path: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[WeightedTerm, ...]:
+    out = []
+    for i, item in enumerate(_list(raw, where, path)):
+        p = f"{path}[{i}]"
+        data = _mapping(item, where, p)
+        weight = _int(data.get("weight"), where, f"{p}.weight", 0)
+        if not 1 <= weight <= 100:
+            raise where.error(f"{p}.weight", f"must be in the range 1-100, got {weight}")
+        term = _affinity_term(data.get("podAffinityTerm"), where, f"{p}.podAffinityTerm",
+                              namespace, labels)  # fmt: skip
+        out.append(WeightedTerm(term, weight))
+    return tuple(out)
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def parse_pod_affinity(
+    affinity: Mapping[str, Any], where: _Where, namespace: str, labels: Mapping[str, str]
+) -> PodAffinity:
+    """`spec.affinity.podAffinity` and `podAntiAffinity` of a pod in `namespace`."""
+    base = "spec.affinity"
+    aff = _mapping(affinity.get("podAffinity"), where, f"{base}.podAffinity")
+    anti = _mapping(affinity.get("podAntiAffinity"), where, f"{base}.podAntiAffinity")
+    a, n = f"{base}.podAffinity", f"{base}.podAntiAffinity"
+    return PodAffinity(
+        required=_terms(aff.get(_REQUIRED), where, f"{a}.{_REQUIRED}", namespace, labels),
+        required_anti=_terms(anti.get(_REQUIRED), where, f"{n}.{_REQUIRED}", namespace, labels),
+        preferred=_weighted(aff.get(_PREFERRED), where, f"{a}.{_PREFERRED}", namespace, labels),
+        preferred_anti=_weighted(
+            anti.get(_PREFERRED), where, f"{n}.{_PREFERRED}", namespace, labels
+        ),
+    )
+
+
+_ACTIONS = ("DoNotSchedule", "ScheduleAnyway")
+_POLICIES = ("Honor", "Ignore")
+
+
+def parse_spread_constraint(raw: Any, where: _Where, path: str) -> SpreadConstraint:
+    """One topology spread constraint, validated as the API server validates it."""
+    data = _mapping(raw, where, path)
+    max_skew = _int(data.get("maxSkew"), where, f"{path}.maxSkew", 0)
+    if max_skew <= 0:
+        message = f"Invalid value: {max_skew}: must be greater than zero"
+        raise where.error(f"{path}.maxSkew", message)
+    key = _str(data.get("topologyKey"), where, f"{path}.topologyKey")
+    if not key:
+        raise where.error(f"{path}.topologyKey", "Required value: can not be empty")
+    action = _str(data.get("whenUnsatisfiable"), where, f"{path}.whenUnsatisfiable")
+    if action not in _ACTIONS:
+        raise where.error(
+            f"{path}.whenUnsatisfiable",
+            f'Unsupported value: "{action}": supported values: "DoNotSchedule", "ScheduleAnyway"',
+        )
+    min_domains = _int(data.get("minDomains"), where, f"{path}.minDomains", 1)
+    if data.get("minDomains") is not None:
+        if min_domains <= 0:
+            raise where.error(f"{path}.minDomains", f"Invalid value: {min_domains}: must be > 0")
+        if action != "DoNotSchedule":
+            raise where.error(
+                f"{path}.minDomains",
+                f"Invalid value: {min_domains}: can only use minDomains if "
+                "whenUnsatisfiable=DoNotSchedule",
+            )
+    policies = []
+    for name, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+        value = _str(data.get(name), where, f"{path}.{name}") or default
+        if value not in _POLICIES:
+            raise where.error(
+                f"{path}.{name}",
+                f'Unsupported value: "{value}": supported values: "Honor", "Ignore"',
+            )
+        policies.append(value)
+    raw_selector = data.get("labelSelector")
+    return SpreadConstraint(
+        max_skew=max_skew,
+        topology_key=key,
+        when_unsatisfiable=action,
+        selector=parse_label_selector(raw_selector, where, f"{path}.labelSelector"),
+        has_selector=raw_selector is not None,
+        match_label_keys=_strings(data.get("matchLabelKeys"), where, f"{path}.matchLabelKeys"),
+        min_domains=min_domains,
+        node_affinity_policy=policies[0],
+        node_taints_policy=policies[1],
+    )
+
+
+def parse_spread_constraints(raw: Any, where: _Where, path: str) -> tuple[SpreadConstraint, ...]:
+    items = _list(raw, where, path)
+    out = tuple(parse_spread_constraint(c, where, f"{path}[{i}]") for i, c in enumerate(items))
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(out):
+        pair = (c.topology_key, c.when_unsatisfiable)
+        if pair in seen:
+            raise where.error(
+                f"{path}[{i}]",
+                f'Duplicate value: "{{{c.topology_key}, {c.when_unsatisfiable}}}"',
+            )
+        seen.add(pair)
+    return out
 
 
 # ---------------------------------------------------------------------------- pods
@@ -498,9 +707,9 @@ class PodInfo:
         )
         node_name = _str(spec.get("nodeName"), where, "spec.nodeName") or None
         labels = _string_map(meta.get("labels"), where, "metadata.labels")
-        pod_affinity = parse_pod_affinity(affinity, where.error, namespace, labels)
+        pod_affinity = parse_pod_affinity(affinity, where, namespace, labels)
         spread = parse_spread_constraints(
-            spec.get("topologySpreadConstraints"), where.error, "spec.topologySpreadConstraints"
+            spec.get("topologySpreadConstraints"), where, "spec.topologySpreadConstraints"
         )
         return cls(
             namespace=namespace,
@@ -560,15 +769,7 @@ class NodeInfo:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
         """Parse a Node mapping (API JSON or YAML)."""
-        if not isinstance(obj, Mapping):
-            raise ModelError(f"Node: must be a mapping, got {type(obj).__name__}")
-        meta = obj.get("metadata")
-        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
-        where = _Path("Node", raw_name if isinstance(raw_name, str) else "")
-        meta = _mapping(meta, where, "metadata")
-        name = _str(meta.get("name"), where, "metadata.name")
-        if not name:
-            raise where.error("metadata.name", "is required")
+        where, meta, name = _named(obj, "Node")
         spec = _mapping(obj.get("spec"), where, "spec")
         status = _mapping(obj.get("status"), where, "status")
         allocatable_raw = status.get("allocatable")
@@ -642,13 +843,5 @@ class NamespaceInfo:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NamespaceInfo:
-        if not isinstance(obj, Mapping):
-            raise ModelError(f"Namespace: must be a mapping, got {type(obj).__name__}")
-        meta = obj.get("metadata")
-        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
-        where = _Path("Namespace", raw_name if isinstance(raw_name, str) else "")
-        meta = _mapping(meta, where, "metadata")
-        name = _str(meta.get("name"), where, "metadata.name")
-        if not name:
-            raise where.error("metadata.name", "is required")
+        where, meta, name = _named(obj, "Namespace")
         return cls(name, _string_map(meta.get("labels"), where, "metadata.labels"))
