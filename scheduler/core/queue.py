@@ -39,6 +39,7 @@ class ClusterEvent(enum.Enum):
     NODE_ADD = "NodeAdd"
     NODE_UPDATE = "NodeUpdate"
     NODE_TOPOLOGY = "NodeTopologyChange"
+    POD_ADD = "AssignedPodAdd"
     POD_DELETE = "AssignedPodDelete"
     NAMESPACE_UPDATE = "NamespaceUpdate"
     CONFIG_CHANGE = "ConfigChange"
@@ -218,6 +219,15 @@ class SchedulingQueue(Generic[T]):
         """A cluster event that may help: every unschedulable pod goes back (backoff honoured)."""
         self._moves += 1
         moved = list(self._unschedulable)
+        for key in moved:
+            self._to_active_or_backoff(self._pods[key])
+        return len(moved)
+
+    def move_if(self, event: ClusterEvent, helps: Callable[[T], bool]) -> int:
+        """A cluster event that can help only some pods (kube's queueing hints, coarsely):
+        the unschedulable pods for which `helps(pod)` holds go back (backoff honoured)."""
+        self._moves += 1
+        moved = [key for key in self._unschedulable if helps(self._pods[key].pod)]
         for key in moved:
             self._to_active_or_backoff(self._pods[key])
         return len(moved)

@@ -532,6 +532,14 @@ class KubeScheduler(CycleHooks):
             self.foreign.discard(key)
             if key not in self.binding:  # else our binding records the SLI when it returns
                 self.queued_at.pop(key, None)
+            # a pod placed in a domain can satisfy a waiting pod's affinity or spread
+            newly_bound = old is None or not (old.get("spec") or {}).get("nodeName")
+            if (
+                newly_bound
+                and not pod.terminal
+                and self.queue.move_if(ClusterEvent.POD_ADD, waits_on_other_pods)
+            ):
+                self._wakeup.set()
             if pod.terminal and not was_terminal:
                 self.queue.move_all(ClusterEvent.POD_DELETE)
                 self._wakeup.set()
@@ -682,6 +690,15 @@ class KubeBinder:
             log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
             return BindResult(BindOutcome.ERROR, str(exc))
         return BindResult(BindOutcome.BOUND)
+
+
+def waits_on_other_pods(pod: PodInfo) -> bool:
+    """Whether a newly placed pod can make this unschedulable pod schedulable: it has
+    required pod affinity, or a DoNotSchedule spread constraint (a new pod can raise the
+    global minimum)."""
+    return bool(pod.pod_affinity.required) or any(
+        c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
+    )
 
 
 def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:

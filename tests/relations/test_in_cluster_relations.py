@@ -61,3 +61,40 @@ def test_mutual_anti_affinity_spreads_workers_and_the_third_waits(emulator: Emul
     assert cond["message"] == (
         "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
     )
+
+
+def test_a_pod_waiting_for_its_affinity_target_is_retried_when_the_target_lands(
+    emulator: Emulator,
+) -> None:
+    """kube requeues on AssignedPodAdd: the waiting pod is placed as soon as a pod it has
+    affinity to is bound (by another scheduler here), well before the periodic flush."""
+    emulator.create_node("n0", gpus=0, labels={"zone": "A"})
+    emulator.create_node("n1", gpus=0, labels={"zone": "B"})
+    follower = make_pod("follower", labels={"app": "cache"})
+    follower["spec"]["affinity"] = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+            ]
+        }
+    }
+    emulator.create(PODS, follower, "default")
+
+    async def scenario() -> None:
+        settings = fast_settings(emulator)
+        settings.options.max_unschedulable = 600.0  # no periodic flush within the test
+        rep = Replica(settings).start()
+
+        def waiting() -> bool:
+            conditions = emulator.pod("default/follower")["status"].get("conditions") or []
+            return any(c.get("reason") == "Unschedulable" for c in conditions)
+
+        await wait_for(waiting, what="the follower waits for its target")
+        emulator.create_pod("db", scheduler="default-scheduler", node="n1", labels={"app": "db"})
+        await wait_for(
+            lambda: all_bound_once(emulator, ["default/follower"]), what="follower bound"
+        )
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.pod("default/follower")["spec"]["nodeName"] == "n1"
