@@ -14,10 +14,13 @@ constraints of `count(domain) * log(domains + 2) + (maxSkew - 1)`, rounded; norm
 the fewest matching pods score 100 (`100 * (max + min - score) / max`); feasible nodes that
 lack a key score 0.
 
-`defaultConstraints` / `defaultingType` are parsed and validated as kube does. kube applies
-them with a selector built from the Services, ReplicaSets, ReplicationControllers and
-StatefulSets that select the pod; topo-scheduler's cache does not hold those objects, so
-that selector is empty and, as in kube for a pod no workload selects, defaults add nothing.
+A pod without constraints gets the default ones (`defaultingType: System`: hostname maxSkew 3
+and zone maxSkew 5, both ScheduleAnyway; `List`: `defaultConstraints`), with kube's
+DefaultSelector: the selectors of the Services that select the pod and of its controlling
+ReplicationController, ReplicaSet or StatefulSet, as far as the snapshot holds them (explain
+reads them from the snapshot file; the in-cluster scheduler does not watch them yet, so there
+defaults apply to no pod). Under System defaulting nodes without a zone label still get
+hostname spreading.
 """
 
 from __future__ import annotations
@@ -34,8 +37,13 @@ from plugins.node_affinity import required_matches
 from plugins.taint_toleration import untolerated_reason
 from scheduler.core.config import ConfigError, strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
-from scheduler.core.model import PodInfo, parse_spread_constraint
-from scheduler.core.podaffinity import LabelSelector, SpreadConstraint, effective_selector
+from scheduler.core.model import PodInfo, WorkloadInfo, parse_spread_constraint
+from scheduler.core.podaffinity import (
+    LabelRequirement,
+    LabelSelector,
+    SpreadConstraint,
+    effective_selector,
+)
 from scheduler.core.reference import Cluster
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -126,6 +134,44 @@ class _Constraint:
     honor_taints: bool
 
 
+_CONTROLLERS = {
+    ("", "ReplicationController"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+}
+
+
+def default_selector(
+    pod: PodInfo, workloads: Mapping[tuple[str, str, str], WorkloadInfo]
+) -> LabelSelector:
+    """kube's helper.DefaultSelector: the label maps of the Services selecting the pod,
+    merged; then its controlling ReplicationController's map merged in, or its ReplicaSet's
+    or StatefulSet's selector requirements added."""
+    merged: dict[str, str] = {}
+    for (kind, namespace, _), w in workloads.items():
+        service = kind == "Service" and namespace == pod.namespace and w.labels is not None
+        if service and w.labels is not None and w.selector.matches(pod.labels):
+            merged.update(w.labels)
+
+    def from_set(labels: Mapping[str, str]) -> LabelSelector:
+        return LabelSelector(
+            tuple(LabelRequirement(k, "In", frozenset((v,))) for k, v in sorted(labels.items()))
+        )
+
+    selector = from_set(merged)
+    owner = pod.controller
+    if owner is None or (owner[0], owner[1]) not in _CONTROLLERS:
+        return selector
+    found = workloads.get((owner[1], pod.namespace, owner[2]))
+    if found is None:
+        return selector
+    if owner[1] == "ReplicationController":
+        return from_set({**merged, **(found.labels or {})})
+    if found.selector.requirements is None:
+        return selector
+    return LabelSelector((selector.requirements or ()) + found.selector.requirements)
+
+
 def go_round(x: float) -> int:
     """Go's math.Round (half away from zero) for non-negative x, exactly."""
     f = math.floor(x)
@@ -138,22 +184,41 @@ class PodTopologySpread:
     def __init__(self, args: PodTopologySpreadArgs | None = None) -> None:
         self.args = args or PodTopologySpreadArgs()
 
-    def constraints(self, pod: PodInfo, action: str) -> list[_Constraint]:
-        """kube's getConstraints: the pod's own constraints with `action`, else the
-        defaults (which need a workload selector; see the module docstring)."""
-        if not pod.spread_constraints:
-            return []
+    def constraints(
+        self,
+        pod: PodInfo,
+        action: str,
+        workloads: Mapping[tuple[str, str, str], WorkloadInfo],
+    ) -> list[_Constraint]:
+        """kube's getConstraints: the pod's own constraints with `action`; a pod without any
+        gets the default constraints with the selector of the workloads that select it
+        (none when no workload does)."""
+        if pod.spread_constraints:
+            chosen = [c for c in pod.spread_constraints if c.when_unsatisfiable == action]
+            selectors = [effective_selector(c, pod.labels) for c in chosen]
+        else:
+            defaults = (
+                SYSTEM_DEFAULT_CONSTRAINTS
+                if self.args.system_defaulted
+                else self.args.default_constraints
+            )
+            chosen = [c for c in defaults if c.when_unsatisfiable == action]
+            if not chosen:
+                return []
+            selector = default_selector(pod, workloads)
+            if selector.empty:
+                return []
+            selectors = [selector] * len(chosen)
         return [
             _Constraint(
                 c.max_skew,
                 c.topology_key,
-                effective_selector(c, pod.labels),
+                selector,
                 c.min_domains,
                 c.node_affinity_policy == "Honor",
                 c.node_taints_policy == "Honor",
             )
-            for c in pod.spread_constraints
-            if c.when_unsatisfiable == action
+            for c, selector in zip(chosen, selectors, strict=True)
         ]
 
     # ------------------------------------------------------------------ vector form
@@ -198,7 +263,7 @@ class PodTopologySpread:
     def pre_filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot
     ) -> PreFilterResult | None:
-        constraints = self.constraints(pod, DO_NOT_SCHEDULE)
+        constraints = self.constraints(pod, DO_NOT_SCHEDULE, snapshot.workloads)
         if not constraints:
             return SKIP
         domains = [topology_domains(snapshot, c.key) for c in constraints]
@@ -238,7 +303,7 @@ class PodTopologySpread:
     def pre_score(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
     ) -> bool:
-        constraints = self.constraints(pod, SCHEDULE_ANYWAY)
+        constraints = self.constraints(pod, SCHEDULE_ANYWAY, snapshot.workloads)
         if not constraints:
             return False
         require_all = bool(pod.spread_constraints) or not self.args.system_defaulted
@@ -314,7 +379,7 @@ class PodTopologySpread:
 
     def filter_cluster(self, pod: PodInfo, cluster: Cluster) -> list[list[str]]:
         """kube's calPreFilterState and Filter, node by node."""
-        constraints = self.constraints(pod, DO_NOT_SCHEDULE)
+        constraints = self.constraints(pod, DO_NOT_SCHEDULE, cluster.workloads)
         if not constraints:
             return [[] for _ in cluster.nodes]
         matched: list[dict[str, int]] = [{} for _ in constraints]
@@ -351,7 +416,7 @@ class PodTopologySpread:
         self, pod: PodInfo, feasible: Sequence[NodeState], cluster: Cluster
     ) -> list[int] | None:
         """kube's PreScore, Score and NormalizeScore, node by node."""
-        constraints = self.constraints(pod, SCHEDULE_ANYWAY)
+        constraints = self.constraints(pod, SCHEDULE_ANYWAY, cluster.workloads)
         if not constraints:
             return None
         require_all = bool(pod.spread_constraints) or not self.args.system_defaulted

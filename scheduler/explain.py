@@ -1,9 +1,10 @@
 """`topo-scheduler explain`: why a pod is Pending, or why it landed where it did.
 
 Reads a cluster snapshot (what `kubectl get nodes,pods,namespaces -A -o yaml` prints, or
-multi-document YAML of Nodes, Pods and Namespaces; Namespaces feed `namespaceSelector`) and a
-Pod manifest, and runs the same framework the scheduler runs, on every node, printing each
-node's verdict, reasons and per-plugin scores.
+multi-document YAML of Nodes, Pods and Namespaces; Namespaces feed `namespaceSelector`;
+Services, ReplicaSets, ReplicationControllers and StatefulSets, when present, feed
+PodTopologySpread's default constraints) and a Pod manifest, and runs the same framework the
+scheduler runs, on every node, printing each node's verdict, reasons and per-plugin scores.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NamespaceInfo, NodeInfo, PodInfo
+from scheduler.core.model import ModelError, NamespaceInfo, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.queue import SchedulingQueue
 
 __all__ = ["DryRunBinder", "ExplainError", "explain", "load_snapshot", "report", "run_explain"]
@@ -70,6 +71,7 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     namespaces: list[NamespaceInfo] = []
+    workloads: list[WorkloadInfo] = []
     for obj in _flatten(_documents(path), path):
         kind = obj.get("kind")
         try:
@@ -79,10 +81,14 @@ def load_snapshot(path: str, cache: Cache | None = None) -> Cache:
                 pods.append(PodInfo.from_object(obj))
             elif kind == "Namespace":
                 namespaces.append(NamespaceInfo.from_object(obj))
+            elif kind in ("Service", "ReplicationController", "ReplicaSet", "StatefulSet"):
+                workloads.append(WorkloadInfo.from_object(obj))
         except ModelError as exc:
             raise ExplainError(f"{path}: {exc}") from None
     for namespace in namespaces:
         cache.add_namespace(namespace)
+    for workload in workloads:
+        cache.add_workload(workload)
     for node in nodes:
         cache.add_node(node)
     for pod in pods:

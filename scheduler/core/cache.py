@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo
+from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import GPU_RESOURCE, GpuState
 
@@ -58,6 +58,14 @@ class Cache:
 
     def remove_namespace(self, name: str) -> None:
         self.snapshot.set_namespace(name, None)
+
+    def add_workload(self, workload: WorkloadInfo) -> None:
+        """A Service, ReplicationController, ReplicaSet or StatefulSet (its selector)."""
+        key = (workload.kind, workload.namespace, workload.name)
+        self.snapshot.workloads[key] = workload
+
+    def remove_workload(self, kind: str, namespace: str, name: str) -> None:
+        self.snapshot.workloads.pop((kind, namespace, name), None)
 
     @property
     def node_count(self) -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "PreferredTerm",
     "Taint",
     "Toleration",
+    "WorkloadInfo",
     "normalized_image_name",
 ]
 
@@ -576,6 +577,8 @@ class PodInfo:
     container_count: int = 0
     pod_affinity: PodAffinity = field(default_factory=PodAffinity)
     spread_constraints: tuple[SpreadConstraint, ...] = ()
+    # The controlling owner: (API group, kind, name), e.g. ("apps", "ReplicaSet", "web-5d8f").
+    controller: tuple[str, str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -746,7 +749,21 @@ class PodInfo:
             container_count=len(everything),
             pod_affinity=pod_affinity,
             spread_constraints=spread,
+            controller=_controller(meta, where),
         )
+
+
+def _controller(meta: Mapping[str, Any], where: _Path) -> tuple[str, str, str] | None:
+    """metav1.GetControllerOf: the first owner reference marked `controller: true`."""
+    for i, raw in enumerate(_list(meta.get("ownerReferences"), where, "metadata.ownerReferences")):
+        path = f"metadata.ownerReferences[{i}]"
+        ref = _mapping(raw, where, path)
+        if ref.get("controller") is True:
+            api_version = _str(ref.get("apiVersion"), where, f"{path}.apiVersion")
+            group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+            kind = _str(ref.get("kind"), where, f"{path}.kind")
+            return group, kind, _str(ref.get("name"), where, f"{path}.name")
+    return None
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -845,3 +862,47 @@ class NamespaceInfo:
     def from_object(cls, obj: Mapping[str, Any]) -> NamespaceInfo:
         where, meta, name = _named(obj, "Namespace")
         return cls(name, _string_map(meta.get("labels"), where, "metadata.labels"))
+
+
+# ---------------------------------------------------------------------------- workloads
+
+_WORKLOAD_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    """A Service, ReplicationController, ReplicaSet or StatefulSet as PodTopologySpread's
+    default constraints read it: its selector. Services and ReplicationControllers select by
+    a label map (`labels`, None when unset), ReplicaSets and StatefulSets by a LabelSelector."""
+
+    kind: str
+    namespace: str
+    name: str
+    selector: LabelSelector
+    labels: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> WorkloadInfo:
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if kind not in _WORKLOAD_KINDS:
+            raise ModelError(f"workload: kind: must be one of {', '.join(_WORKLOAD_KINDS)}")
+        assert isinstance(kind, str)
+        meta = obj.get("metadata")
+        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+        raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        namespace = raw_ns if isinstance(raw_ns, str) and raw_ns else "default"
+        where = _Path(kind, f"{namespace}/{raw_name}" if isinstance(raw_name, str) else "")
+        meta = _mapping(meta, where, "metadata")
+        name = _str(meta.get("name"), where, "metadata.name")
+        if not name:
+            raise where.error("metadata.name", "is required")
+        spec = _mapping(obj.get("spec"), where, "spec")
+        raw = spec.get("selector")
+        if kind in ("Service", "ReplicationController"):
+            labels = None if raw is None else _string_map(raw, where, "spec.selector")
+            requirements = tuple(
+                LabelRequirement(k, "In", frozenset((v,))) for k, v in (labels or {}).items()
+            )
+            selector = NOTHING if labels is None else LabelSelector(requirements)
+            return cls(kind, namespace, name, selector, labels)
+        return cls(kind, namespace, name, parse_label_selector(raw, where, "spec.selector"))

@@ -9,11 +9,11 @@ profile; only `schedule_reference` needs it, and says which plugin lacks it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from scheduler.core.framework import CycleState, Framework, _absent_reason
-from scheduler.core.model import PodInfo
+from scheduler.core.model import PodInfo, WorkloadInfo
 from scheduler.core.snapshot import NodeState, Snapshot
 
 __all__ = [
@@ -56,6 +56,7 @@ class Cluster:
 
     nodes: Sequence[NodeState]
     namespaces: Mapping[str, Mapping[str, str]]
+    workloads: Mapping[tuple[str, str, str], WorkloadInfo] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -103,7 +104,7 @@ def schedule_reference(framework: Framework, pod: PodInfo, snapshot: Snapshot) -
     cycle = CycleState()
     prefilter_message, restrictions = framework.run_pre_filter(cycle, pod, snapshot)
     filters = [p for p in framework.filters if p.name not in cycle.skip_filter]
-    cluster = Cluster([states[s] for s in slots], snapshot.namespaces)
+    cluster = Cluster([states[s] for s in slots], snapshot.namespaces, snapshot.workloads)
     cluster_reasons: dict[str, list[list[str]]] = {}
     for plugin in filters:
         if isinstance(plugin, ReferenceClusterFilter):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.core.model import HostPort, NodeInfo, PodInfo
+from scheduler.core.model import HostPort, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.podindex import PodGroups, TermIndex
 from scheduler.core.topology.state import GpuState
 
@@ -79,6 +79,9 @@ class Snapshot:
         # Namespace name -> labels, for namespaceSelector; bumped generation on change.
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.namespace_generation = 0
+        # Services, ReplicationControllers, ReplicaSets, StatefulSets by (kind, ns, name):
+        # the selectors PodTopologySpread's default constraints use.
+        self.workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
         self._free: list[int] = []
         # Bumped when labels/taints/node set change, so plugins can cache per generation.
         self.node_generation = 0

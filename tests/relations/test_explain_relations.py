@@ -116,3 +116,40 @@ def test_bad_namespace_is_one_line_naming_the_field(
         err.strip()
         == f"error: {snapshot}: Namespace x: metadata.labels.team: must be a string, got int"
     )
+
+
+def test_a_replicaset_in_the_snapshot_brings_the_default_spread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kube's System defaults: a pod its ReplicaSet selects is spread by hostname and zone."""
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "controller": True}]
+    items: list[dict[str, Any]] = [
+        mknode("n1"),
+        mknode("n2"),
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-1"},
+         "spec": {"selector": {"matchLabels": {"app": "web"}}}},
+    ]  # fmt: skip
+    for i in range(3):
+        replica = mkpod(f"web-{i}", {"app": "web"}, on="n1")
+        replica["metadata"]["ownerReferences"] = owner
+        items.append(replica)
+    incoming = mkpod("web-new", {"app": "web"})
+    incoming["metadata"]["ownerReferences"] = owner
+    snapshot = tmp_path / "snapshot.yaml"
+    snapshot.write_text(yaml.safe_dump_all(items))
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(incoming))
+    code = main(
+        ["explain", "--snapshot", str(snapshot), "--pod", str(manifest), "--output", "json"]
+    )
+    out, _ = capsys.readouterr()
+    assert code == 0
+    nodes = json.loads(out)["nodes"]
+    # hostname maxSkew 3, weight ln 4: n1 round(3 ln 4 + 2) = 6, n2 2 -> 100 * (8 - raw) / 6
+    assert nodes["n1"]["scores"]["PodTopologySpread"] == 33
+    assert nodes["n2"]["scores"]["PodTopologySpread"] == 100
+    # without the ReplicaSet object there is no selector and no default spread
+    snapshot.write_text(yaml.safe_dump_all(items[:2] + items[3:]))
+    main(["explain", "--snapshot", str(snapshot), "--pod", str(manifest), "--output", "json"])
+    out, _ = capsys.readouterr()
+    assert "PodTopologySpread" not in json.loads(out)["nodes"]["n1"]["scores"]

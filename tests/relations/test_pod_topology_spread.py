@@ -7,9 +7,15 @@ from typing import Any
 
 import pytest
 
-from plugins.pod_topology_spread import REASON, REASON_MISSING_LABEL, PodTopologySpread, new
+from plugins.pod_topology_spread import (
+    REASON,
+    REASON_MISSING_LABEL,
+    PodTopologySpread,
+    default_selector,
+    new,
+)
 from scheduler.core.config import ConfigError
-from scheduler.core.model import ModelError, PodInfo
+from scheduler.core.model import ModelError, PodInfo, WorkloadInfo
 from tests.relations.support import HOST, cluster, expr, mknode, mkpod, run_plugin, sel, spread
 
 MISSING = REASON_MISSING_LABEL
@@ -366,3 +372,88 @@ def test_bad_constraints_name_the_field(constraint: dict[str, Any], field: str) 
         PodInfo.from_object(mkpod("bad", APP, constraints=[constraint]))
     assert str(err.value).startswith("Pod default/bad: spec.topologySpreadConstraints")
     assert field in str(err.value)
+
+
+# ------------------------------------------------------------------ default constraints
+
+
+def owned(name: str, labels: dict[str, str], on: str | None, kind: str = "ReplicaSet",
+          owner: str = "web-1") -> dict[str, Any]:  # fmt: skip
+    obj = mkpod(name, labels, on=on)
+    api_version = "v1" if kind == "ReplicationController" else "apps/v1"
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": owner, "controller": True}
+    ]
+    return obj
+
+
+def workload(kind: str, name: str, selector: Any) -> WorkloadInfo:
+    spec = {"selector": selector}
+    return WorkloadInfo.from_object({"kind": kind, "metadata": {"name": name}, "spec": spec})
+
+
+def test_default_selector_merges_services_and_the_controller() -> None:
+    workloads = {
+        (w.kind, w.namespace, w.name): w
+        for w in (
+            workload("Service", "front", {"app": "web"}),
+            workload("Service", "other", {"app": "db"}),
+            workload("ReplicaSet", "web-1", {"matchLabels": {"app": "web", "rev": "1"}}),
+            workload("ReplicationController", "old", {"tier": "legacy"}),
+        )
+    }
+    pod = PodInfo.from_object(owned("p", {"app": "web", "rev": "1"}, None))
+    selector = default_selector(pod, workloads)
+    assert selector.matches({"app": "web", "rev": "1"})
+    assert not selector.matches({"app": "web", "rev": "2"})  # the ReplicaSet's requirement
+    assert not selector.matches({"rev": "1"})  # the Service's label
+    rc_pod = PodInfo.from_object(
+        owned("q", {"tier": "legacy"}, None, kind="ReplicationController", owner="old")
+    )
+    assert default_selector(rc_pod, workloads).matches({"tier": "legacy"})
+    assert not default_selector(rc_pod, workloads).matches({"tier": "new"})
+    lone = PodInfo.from_object(mkpod("lone", {"app": "batch"}))
+    assert default_selector(lone, workloads).empty
+
+
+def test_system_defaults_spread_a_replicaset_by_hostname_and_zone() -> None:
+    zone = "topology.kubernetes.io/zone"
+    nodes = [
+        mknode("h1", **{zone: "A"}),
+        mknode("h2", **{zone: "A"}),
+        mknode("h3", **{zone: "B"}),
+        mknode("h4"),
+    ]
+    web = {"app": "web"}
+    existing = [owned("w1", web, "h1"), owned("w2", web, "h1"), owned("w3", web, "h3")]
+    cache = cluster(nodes, existing)
+    cache.add_workload(workload("ReplicaSet", "web-1", {"matchLabels": web}))
+    _, scores = run_plugin(PodTopologySpread(), cache, owned("in", web, None))
+    # hostname: maxSkew 3, weight ln(4 + 2); zone: maxSkew 5, weight ln(3 + 2) (A, B and the
+    # zone-less h4 as ""); h4 has no zone label, so only hostname spreading scores it:
+    # raw h1 = round(2 ln 6 + 2 + 2 ln 5 + 4) = 13, h2 = 9, h3 = 9, h4 = 2
+    assert scores == {"h1": 15, "h2": 46, "h3": 46, "h4": 100}
+
+
+def test_defaults_need_a_workload_selecting_the_pod() -> None:
+    cache = cluster([mknode("h1", zone="A")], [owned("w1", {"app": "web"}, "h1")])
+    _, scores = run_plugin(PodTopologySpread(), cache, owned("in", {"app": "web"}, None))
+    assert scores is None  # the ReplicaSet is not in the snapshot: no selector, no defaults
+
+
+def test_list_defaults_filter_with_the_workload_selector() -> None:
+    plugin = new(
+        {
+            "defaultingType": "List",
+            "defaultConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+            ],
+        },
+        "args",
+    )
+    web = {"app": "web"}
+    nodes = [mknode("a1", zone="A"), mknode("b1", zone="B"), mknode("x1")]
+    cache = cluster(nodes, [owned("w1", web, "a1")])
+    cache.add_workload(workload("Service", "front", web))
+    reasons, _ = run_plugin(plugin, cache, mkpod("in", web))
+    assert reasons == {"a1": REASON, "b1": "", "x1": MISSING}

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from plugins import frameworks_for
 from plugins.inter_pod_affinity import InterPodAffinity, InterPodAffinityArgs
-from plugins.pod_topology_spread import PodTopologySpread
+from plugins.pod_topology_spread import PodTopologySpread, parse_args
 from scheduler.core.cache import Cache
 from scheduler.core.config import load_config
 from scheduler.core.framework import Framework
-from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo
+from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo, WorkloadInfo
 from tests.relations.support import HOST, assert_agree, mknode, mkpod, solo
 
 SETTINGS = settings(
@@ -30,6 +30,12 @@ KEYS = ["app", "tier", "job"]
 VALUES = ["a", "b", "c"]
 NAMESPACES = ["default", "ns1", "ns2"]
 TOPOLOGY = [HOST, "zone", "region"]
+ZONE = "topology.kubernetes.io/zone"
+WORKLOADS = [
+    {"kind": "ReplicaSet", "metadata": {"name": "rs"},
+     "spec": {"selector": {"matchLabels": {"app": "a"}}}},
+    {"kind": "Service", "metadata": {"name": "svc"}, "spec": {"selector": {"tier": "b"}}},
+]  # fmt: skip
 TAINT = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
 
 labels_st = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3)
@@ -132,7 +138,7 @@ def pods(draw: Any, name: str, nodes: list[str]) -> dict[str, Any]:
         spec["nodeSelector"] = {"pool": draw(st.sampled_from(["p1", "p2"]))}
     if draw(st.booleans()):
         spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
-    return mkpod(
+    obj = mkpod(
         name,
         draw(labels_st),
         on=on,
@@ -142,6 +148,11 @@ def pods(draw: Any, name: str, nodes: list[str]) -> dict[str, Any]:
         spec=spec,
         terminating=draw(st.integers(0, 6)) == 0,
     )
+    if draw(st.booleans()):  # owned by the ReplicaSet of WORKLOADS (default constraints)
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True}
+        ]
+    return obj
 
 
 @st.composite
@@ -149,7 +160,7 @@ def worlds(draw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[
     nodes = []
     for i in range(draw(st.integers(1, 6))):
         labels = {}
-        for key in ("zone", "region", "pool"):
+        for key in ("zone", "region", "pool", ZONE):
             if draw(st.integers(0, 3)) > 0:
                 labels[key] = draw(st.sampled_from(["p1", "p2"] if key == "pool" else VALUES))
         nodes.append(
@@ -169,6 +180,8 @@ def build(nodes: list[dict[str, Any]], existing: list[dict[str, Any]]) -> Cache:
     cache = Cache()
     for name, labels in NAMESPACE_LABELS.items():
         cache.add_namespace(NamespaceInfo(name, labels))
+    for w in WORKLOADS:
+        cache.add_workload(WorkloadInfo.from_object(w))
     for n in nodes:
         cache.add_node(NodeInfo.from_object(n))
     for p in existing:
@@ -200,6 +213,20 @@ FRAMEWORKS = [
         )
     ),
     solo(PodTopologySpread()),
+    solo(
+        PodTopologySpread(
+            parse_args(
+                {
+                    "defaultingType": "List",
+                    "defaultConstraints": [
+                        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                        {"maxSkew": 2, "topologyKey": HOST, "whenUnsatisfiable": "ScheduleAnyway"},
+                    ],
+                },
+                "args",
+            )
+        )
+    ),
 ]
 
 
