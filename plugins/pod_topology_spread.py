@@ -17,10 +17,9 @@ lack a key score 0.
 A pod without constraints gets the default ones (`defaultingType: System`: hostname maxSkew 3
 and zone maxSkew 5, both ScheduleAnyway; `List`: `defaultConstraints`), with kube's
 DefaultSelector: the selectors of the Services that select the pod and of its controlling
-ReplicationController, ReplicaSet or StatefulSet, as far as the snapshot holds them (explain
-reads them from the snapshot file; the in-cluster scheduler does not watch them yet, so there
-defaults apply to no pod). Under System defaulting nodes without a zone label still get
-hostname spreading.
+ReplicationController, ReplicaSet or StatefulSet, as the cache holds them (explain reads them
+from the snapshot file, the in-cluster scheduler watches them). Under System defaulting nodes
+without a zone label still get hostname spreading.
 """
 
 from __future__ import annotations

@@ -882,9 +882,11 @@ class WorkloadInfo:
     labels: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> WorkloadInfo:
-        kind = obj.get("kind") if isinstance(obj, Mapping) else None
-        if kind not in _WORKLOAD_KINDS:
+    def from_object(cls, obj: Mapping[str, Any], kind: str | None = None) -> WorkloadInfo:
+        """Parse the object; `kind` where the object does not say (items of a list)."""
+        if kind is None:
+            kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if kind not in _WORKLOAD_KINDS or not isinstance(obj, Mapping):
             raise ModelError(f"workload: kind: must be one of {', '.join(_WORKLOAD_KINDS)}")
         assert isinstance(kind, str)
         meta = obj.get("metadata")

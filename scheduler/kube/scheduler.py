@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import ModelError, NamespaceInfo, NodeInfo, PodInfo
+from scheduler.core.model import ModelError, NamespaceInfo, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import (
@@ -164,6 +165,24 @@ class KubeScheduler(CycleHooks):
             backoff=self.options.reflector_backoff,
             on_relist=self._relisted,
         )
+        # Services, ReplicationControllers, ReplicaSets and StatefulSets: the selectors of
+        # PodTopologySpread's default constraints (kube's DefaultSelector).
+        self.workloads = [
+            Reflector(
+                client,
+                path,
+                _GuardedHandler(
+                    kind,
+                    functools.partial(self._workloads_upsert, kind),
+                    functools.partial(self._workloads_delete, kind),
+                ),
+                name=name,
+                watch_timeout=self.options.watch_timeout,
+                backoff=self.options.reflector_backoff,
+                on_relist=self._relisted,
+            )
+            for kind, name, path in WORKLOAD_PATHS
+        ]
         self.foreign: set[str] = set()  # unbound pods of other schedulers
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
@@ -181,16 +200,18 @@ class KubeScheduler(CycleHooks):
 
     @property
     def synced(self) -> bool:
-        return (
-            self.pods.synced.is_set()
-            and self.nodes.synced.is_set()
-            and self.namespaces.synced.is_set()
-        )
+        return all(r.synced.is_set() for r in self._reflectors())
+
+    def _reflectors(self) -> list[Reflector]:
+        return [self.nodes, self.namespaces, *self.workloads, self.pods]
 
     async def start(self) -> None:
         """Start informers and event workers (standbys run these too)."""
         self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
-        self._tasks.append(asyncio.create_task(self.namespaces.run(), name="namespaces-informer"))
+        for reflector in (self.namespaces, *self.workloads):
+            self._tasks.append(
+                asyncio.create_task(reflector.run(), name=f"{reflector.name}-informer")
+            )
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
@@ -201,9 +222,8 @@ class KubeScheduler(CycleHooks):
         await self.pods.run()
 
     async def wait_synced(self) -> None:
-        await self.nodes.synced.wait()
-        await self.namespaces.synced.wait()
-        await self.pods.synced.wait()
+        for reflector in self._reflectors():
+            await reflector.synced.wait()
 
     async def schedule_loop(self) -> None:
         """Pop and schedule while `active`; returns when deactivated."""
@@ -621,6 +641,19 @@ class KubeScheduler(CycleHooks):
             self.queue.move_all(ClusterEvent.NAMESPACE_UPDATE)
             self._wakeup.set()
 
+    def _workloads_upsert(self, kind: str, obj: Obj, old: Obj | None) -> None:
+        try:
+            workload = WorkloadInfo.from_object(obj, kind)
+        except ModelError as exc:
+            log.error("workload not understood", error=str(exc))
+            return
+        self.cache.add_workload(workload)
+
+    def _workloads_delete(self, kind: str, obj: Obj) -> None:
+        md = obj.get("metadata") or {}
+        namespace = str(md.get("namespace") or "default")
+        self.cache.remove_workload(kind, namespace, str(md.get("name")))
+
     def _namespaces_delete(self, obj: Obj) -> None:
         self.cache.remove_namespace(str((obj.get("metadata") or {}).get("name")))
 
@@ -690,6 +723,14 @@ class KubeBinder:
             log.warning("binding failed", pod=pod.key, node=node, error=str(exc))
             return BindResult(BindOutcome.ERROR, str(exc))
         return BindResult(BindOutcome.BOUND)
+
+
+WORKLOAD_PATHS = (
+    ("Service", "services", "/api/v1/services"),
+    ("ReplicationController", "replicationcontrollers", "/api/v1/replicationcontrollers"),
+    ("ReplicaSet", "replicasets", "/apis/apps/v1/replicasets"),
+    ("StatefulSet", "statefulsets", "/apis/apps/v1/statefulsets"),
+)
 
 
 def waits_on_other_pods(pod: PodInfo) -> bool:

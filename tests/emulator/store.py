@@ -49,6 +49,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False),
     Resource("events.k8s.io", "v1", "events", "Event", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # what PodTopologySpread's default constraints select pods by
+    Resource("", "v1", "services", "Service", True),
+    Resource("", "v1", "replicationcontrollers", "ReplicationController", True),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", True),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", True),
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.emulator import NAMESPACES, PODS, Emulator, make_pod
+from tests.emulator import NAMESPACES, PODS, REPLICA_SETS, Emulator, make_pod
 from tests.emulator.fixture import emulator
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
 
@@ -98,3 +98,33 @@ def test_a_pod_waiting_for_its_affinity_target_is_retried_when_the_target_lands(
 
     asyncio.run(scenario())
     assert emulator.pod("default/follower")["spec"]["nodeName"] == "n1"
+
+
+def test_replicas_of_a_replicaset_spread_by_the_system_defaults(emulator: Emulator) -> None:
+    """The scheduler watches ReplicaSets: its replicas get kube's default spread (hostname
+    maxSkew 3, ScheduleAnyway), so they do not all go to the roomier node that the resource
+    scores prefer."""
+    emulator.create(
+        REPLICA_SETS,
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-1"},
+         "spec": {"selector": {"matchLabels": {"app": "web"}}}},
+        "default",
+    )  # fmt: skip
+    emulator.create_node("n0", gpus=0)
+    emulator.create_node("n1", gpus=0, cpu="8", memory="32Gi")
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "controller": True}]
+    keys = []
+    for i in range(4):
+        obj = make_pod(f"web-{i}", labels={"app": "web"}, cpu="100m", memory="64Mi")
+        obj["metadata"]["ownerReferences"] = owner
+        emulator.create(PODS, obj, "default")
+        keys.append(f"default/web-{i}")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(lambda: all_bound_once(emulator, keys), what="replicas bound")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    placed = [emulator.pod(k)["spec"]["nodeName"] for k in keys]
+    assert set(placed) == {"n0", "n1"}, placed
