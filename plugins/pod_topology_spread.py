@@ -25,7 +25,7 @@ without a zone label still get hostname spreading.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,15 +141,21 @@ _CONTROLLERS = {
 
 
 def default_selector(
-    pod: PodInfo, workloads: Mapping[tuple[str, str, str], WorkloadInfo]
+    pod: PodInfo,
+    workloads: Mapping[tuple[str, str, str], WorkloadInfo],
+    services: Iterable[WorkloadInfo] | None = None,
 ) -> LabelSelector:
     """kube's helper.DefaultSelector: the label maps of the Services selecting the pod,
     merged; then its controlling ReplicationController's map merged in, or its ReplicaSet's
-    or StatefulSet's selector requirements added."""
+    or StatefulSet's selector requirements added. `services`: those of the pod's namespace
+    when the caller has them indexed (else they are found in `workloads`)."""
+    if services is None:
+        services = [
+            w for (kind, ns, _), w in workloads.items() if kind == "Service" and ns == pod.namespace
+        ]
     merged: dict[str, str] = {}
-    for (kind, namespace, _), w in workloads.items():
-        service = kind == "Service" and namespace == pod.namespace and w.labels is not None
-        if service and w.labels is not None and w.selector.matches(pod.labels):
+    for w in services:
+        if w.labels is not None and w.selector.matches(pod.labels):
             merged.update(w.labels)
 
     def from_set(labels: Mapping[str, str]) -> LabelSelector:
@@ -188,6 +194,7 @@ class PodTopologySpread:
         pod: PodInfo,
         action: str,
         workloads: Mapping[tuple[str, str, str], WorkloadInfo],
+        services: Iterable[WorkloadInfo] | None = None,
     ) -> list[_Constraint]:
         """kube's getConstraints: the pod's own constraints with `action`; a pod without any
         gets the default constraints with the selector of the workloads that select it
@@ -204,7 +211,7 @@ class PodTopologySpread:
             chosen = [c for c in defaults if c.when_unsatisfiable == action]
             if not chosen:
                 return []
-            selector = default_selector(pod, workloads)
+            selector = default_selector(pod, workloads, services)
             if selector.empty:
                 return []
             selectors = [selector] * len(chosen)
@@ -262,7 +269,9 @@ class PodTopologySpread:
     def pre_filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot
     ) -> PreFilterResult | None:
-        constraints = self.constraints(pod, DO_NOT_SCHEDULE, snapshot.workloads)
+        constraints = self.constraints(
+            pod, DO_NOT_SCHEDULE, snapshot.workloads, _services(snapshot, pod)
+        )
         if not constraints:
             return SKIP
         domains = [topology_domains(snapshot, c.key) for c in constraints]
@@ -302,7 +311,9 @@ class PodTopologySpread:
     def pre_score(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, feasible: BoolArray
     ) -> bool:
-        constraints = self.constraints(pod, SCHEDULE_ANYWAY, snapshot.workloads)
+        constraints = self.constraints(
+            pod, SCHEDULE_ANYWAY, snapshot.workloads, _services(snapshot, pod)
+        )
         if not constraints:
             return False
         require_all = bool(pod.spread_constraints) or not self.args.system_defaulted
@@ -470,6 +481,10 @@ class PodTopologySpread:
             else:
                 out.append(100 * (high + low - s) // high)
         return out
+
+
+def _services(snapshot: Snapshot, pod: PodInfo) -> Iterable[WorkloadInfo]:
+    return snapshot.services.get(pod.namespace, {}).values()
 
 
 def _with_empty(d: Domains, live: BoolArray) -> IntArray:

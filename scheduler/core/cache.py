@@ -61,11 +61,10 @@ class Cache:
 
     def add_workload(self, workload: WorkloadInfo) -> None:
         """A Service, ReplicationController, ReplicaSet or StatefulSet (its selector)."""
-        key = (workload.kind, workload.namespace, workload.name)
-        self.snapshot.workloads[key] = workload
+        self.snapshot.set_workload(workload)
 
     def remove_workload(self, kind: str, namespace: str, name: str) -> None:
-        self.snapshot.workloads.pop((kind, namespace, name), None)
+        self.snapshot.remove_workload(kind, namespace, name)
 
     @property
     def node_count(self) -> int:

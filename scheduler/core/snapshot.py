@@ -82,6 +82,7 @@ class Snapshot:
         # Services, ReplicationControllers, ReplicaSets, StatefulSets by (kind, ns, name):
         # the selectors PodTopologySpread's default constraints use.
         self.workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
+        self.services: dict[str, dict[str, WorkloadInfo]] = {}  # namespace -> name -> Service
         self._free: list[int] = []
         # Bumped when labels/taints/node set change, so plugins can cache per generation.
         self.node_generation = 0
@@ -312,6 +313,19 @@ class Snapshot:
         self.pods[slot][pod.key] = pod
         self.pod_groups.add(slot, pod, 1)
         self.pod_terms.add(slot, pod, 1)
+
+    def set_workload(self, workload: WorkloadInfo) -> None:
+        self.workloads[(workload.kind, workload.namespace, workload.name)] = workload
+        if workload.kind == "Service":
+            self.services.setdefault(workload.namespace, {})[workload.name] = workload
+
+    def remove_workload(self, kind: str, namespace: str, name: str) -> None:
+        self.workloads.pop((kind, namespace, name), None)
+        services = self.services.get(namespace)
+        if kind == "Service" and services is not None:
+            services.pop(name, None)
+            if not services:
+                del self.services[namespace]
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         """Add, relabel (labels) or forget (None) a namespace."""
