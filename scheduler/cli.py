@@ -70,7 +70,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", help="show how a pod would be scheduled on a snapshot")
-    p.add_argument("--snapshot", required=True, help="kubectl get nodes,pods -A -o yaml output")
+    p.add_argument(
+        "--snapshot", required=True, help="kubectl get nodes,pods,namespaces -A -o yaml output"
+    )
     p.add_argument("--pod", required=True, help="Pod manifest")
     p.add_argument("--config", help="KubeSchedulerConfiguration file")
     p.add_argument("--output", choices=("table", "json"), default="table")

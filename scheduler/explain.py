@@ -1,8 +1,10 @@
 """`topo-scheduler explain`: why a pod is Pending, or why it landed where it did.
 
-Reads a cluster snapshot (what `kubectl get nodes,pods -A -o yaml` prints, or multi-document
-YAML of Nodes and Pods) and a Pod manifest, and runs the same framework the scheduler runs,
-on every node, printing each node's verdict, reasons and per-plugin scores.
+Reads a cluster snapshot (what `kubectl get nodes,pods,namespaces -A -o yaml` prints, or
+multi-document YAML of Nodes, Pods and Namespaces; Namespaces feed `namespaceSelector`;
+Services, ReplicaSets, ReplicationControllers and StatefulSets, when present, feed
+PodTopologySpread's default constraints) and a Pod manifest, and runs the same framework the
+scheduler runs, on every node, printing each node's verdict, reasons and per-plugin scores.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from scheduler.core.model import (
     SOURCE_KUBERNETES,
     SOURCE_SCHEDULER_PLUGINS,
     ModelError,
+    NamespaceInfo,
     NodeInfo,
     PodInfo,
+    WorkloadInfo,
 )
 from scheduler.core.preemption import Plan, group_key
 from scheduler.core.priority import PriorityClass, resolve_priority
@@ -135,6 +139,10 @@ def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
                 cluster.classes.append(PriorityClass.from_object(obj))
             elif kind == "PodDisruptionBudget":
                 cluster.cache.set_budget(DisruptionBudget.from_object(obj))
+            elif kind == "Namespace":
+                cluster.cache.add_namespace(NamespaceInfo.from_object(obj))
+            elif kind in ("Service", "ReplicationController", "ReplicaSet", "StatefulSet"):
+                cluster.cache.add_workload(WorkloadInfo.from_object(obj))
         pods = [resolve_priority(pod, cluster.classes) for pod in pods]
     except (ModelError, GroupError) as exc:
         raise ExplainError(f"{path}: {exc}") from None

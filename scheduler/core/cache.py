@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from scheduler.core.disruption import DisruptionBudget
-from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.nominator import Nomination
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import GPU_RESOURCE, GpuState
@@ -53,6 +53,23 @@ class Cache:
 
     def remove_node(self, name: str) -> None:
         self.snapshot.remove_node(name)
+
+    # ------------------------------------------------------------------ namespaces
+
+    def add_namespace(self, namespace: NamespaceInfo) -> None:
+        self.snapshot.set_namespace(namespace.name, namespace.labels)
+
+    update_namespace = add_namespace
+
+    def remove_namespace(self, name: str) -> None:
+        self.snapshot.set_namespace(name, None)
+
+    def add_workload(self, workload: WorkloadInfo) -> None:
+        """A Service, ReplicationController, ReplicaSet or StatefulSet (its selector)."""
+        self.snapshot.set_workload(workload)
+
+    def remove_workload(self, kind: str, namespace: str, name: str) -> None:
+        self.snapshot.remove_workload(kind, namespace, name)
 
     @property
     def node_count(self) -> int:

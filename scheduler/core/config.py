@@ -56,6 +56,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("NodeVolumeLimits", 0),
     ("VolumeBinding", 0),
     ("VolumeZone", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
+    # kube puts DynamicResources right before DefaultPreemption
     ("DynamicResources", 0),
     ("NodeMemoryPressure", 0),
     ("DefaultPreemption", 0),

@@ -21,12 +21,24 @@ from scheduler.core.quantity import QuantityError, is_extended_resource, parse_q
 if TYPE_CHECKING:
     from scheduler.core.storage import PodResourceClaim, PodVolume
 
+from scheduler.core.podaffinity import (
+    NOTHING,
+    AffinityTerm,
+    LabelRequirement,
+    LabelSelector,
+    PodAffinity,
+    SpreadConstraint,
+    WeightedTerm,
+    label_key_requirements,
+)
+
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
     "DEFAULT_MILLI_CPU_REQUEST",
     "GroupRef",
     "HostPort",
     "ModelError",
+    "NamespaceInfo",
     "NodeInfo",
     "NodeSelector",
     "NodeSelectorRequirement",
@@ -35,6 +47,7 @@ __all__ = [
     "PreferredTerm",
     "Taint",
     "Toleration",
+    "WorkloadInfo",
     "normalized_image_name",
 ]
 
@@ -233,6 +246,187 @@ def _term(raw: Any, where: Fields, path: str) -> NodeSelectorTerm:
             _requirement(f, where, f"{path}.matchFields[{i}]") for i, f in enumerate(fields)
         ),
     )
+
+
+# ---------------------------------------------------------------------------- pod relations
+
+_SET_OPERATORS = ("In", "NotIn")
+_EXISTENCE_OPERATORS = ("Exists", "DoesNotExist")
+
+
+def parse_label_selector(raw: Any, where: Fields, path: str) -> LabelSelector:
+    """metav1.LabelSelectorAsSelector: None selects nothing, `{}` everything."""
+    if raw is None:
+        return NOTHING
+    data = where.mapping(raw, path)
+    requirements: list[LabelRequirement] = []
+    match_labels = where.mapping(data.get("matchLabels"), f"{path}.matchLabels")
+    for key, value in match_labels.items():
+        value = where.string(value, f"{path}.matchLabels.{key}", "")
+        requirements.append(LabelRequirement(str(key), "In", frozenset((value,))))
+    exprs = where.list(data.get("matchExpressions"), f"{path}.matchExpressions")
+    for i, item in enumerate(exprs):
+        p = f"{path}.matchExpressions[{i}]"
+        expr = where.mapping(item, p)
+        key = where.string(expr.get("key"), f"{p}.key", "")
+        if not key:
+            raise where.fail(f"{p}.key", "is required")
+        op = where.string(expr.get("operator"), f"{p}.operator", "")
+        values = where.string_list(expr.get("values"), f"{p}.values")
+        if op in _SET_OPERATORS:
+            if not values:
+                message = f"must be specified when `operator` is '{op}'"
+                raise where.fail(f"{p}.values", message)
+        elif op in _EXISTENCE_OPERATORS:
+            if values:
+                message = f"may not be specified when `operator` is '{op}'"
+                raise where.fail(f"{p}.values", message)
+        else:
+            raise where.fail(
+                f"{p}.operator",
+                f'Unsupported value: "{op}": supported values: '
+                '"DoesNotExist", "Exists", "In", "NotIn"',
+            )
+        requirements.append(LabelRequirement(key, op, frozenset(values)))
+    return LabelSelector(tuple(requirements))
+
+
+def _affinity_term(
+    raw: Any, where: Fields, path: str, namespace: str, labels: Mapping[str, str]
+) -> AffinityTerm:
+    data = where.mapping(raw, path)
+    selector = parse_label_selector(data.get("labelSelector"), where, f"{path}.labelSelector")
+    match_keys = where.string_list(data.get("matchLabelKeys"), f"{path}.matchLabelKeys")
+    mismatch_keys = where.string_list(data.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys")
+    # The API server's merge: only into a selector that exists (a missing one selects nothing).
+    selector = selector.merged(
+        label_key_requirements(match_keys, "In", labels)
+        + label_key_requirements(mismatch_keys, "NotIn", labels)
+    )
+    names = where.string_list(data.get("namespaces"), f"{path}.namespaces")
+    raw_ns_selector = data.get("namespaceSelector")
+    ns_selector = parse_label_selector(raw_ns_selector, where, f"{path}.namespaceSelector")
+    if not names and raw_ns_selector is None:
+        names = (namespace,)
+    topology_key = where.string(data.get("topologyKey"), f"{path}.topologyKey", "")
+    if not topology_key:
+        raise where.fail(f"{path}.topologyKey", "can not be empty")
+    return AffinityTerm(selector, frozenset(names), ns_selector, topology_key)
+
+
+def _terms(
+    raw: Any, where: Fields, path: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[AffinityTerm, ...]:
+    return tuple(
+        _affinity_term(t, where, f"{path}[{i}]", namespace, labels)
+        for i, t in enumerate(where.list(raw, path))
+    )
+
+
+def _weighted(
+    raw: Any, where: Fields, path: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[WeightedTerm, ...]:
+    out = []
+    for i, item in enumerate(where.list(raw, path)):
+        p = f"{path}[{i}]"
+        data = where.mapping(item, p)
+        weight = where.integer(data.get("weight"), f"{p}.weight", 0)
+        if not 1 <= weight <= 100:
+            raise where.fail(f"{p}.weight", f"must be in the range 1-100, got {weight}")
+        term = _affinity_term(data.get("podAffinityTerm"), where, f"{p}.podAffinityTerm",
+                              namespace, labels)  # fmt: skip
+        out.append(WeightedTerm(term, weight))
+    return tuple(out)
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def parse_pod_affinity(
+    affinity: Mapping[str, Any], where: Fields, namespace: str, labels: Mapping[str, str]
+) -> PodAffinity:
+    """`spec.affinity.podAffinity` and `podAntiAffinity` of a pod in `namespace`."""
+    base = "spec.affinity"
+    aff = where.mapping(affinity.get("podAffinity"), f"{base}.podAffinity")
+    anti = where.mapping(affinity.get("podAntiAffinity"), f"{base}.podAntiAffinity")
+    a, n = f"{base}.podAffinity", f"{base}.podAntiAffinity"
+    return PodAffinity(
+        required=_terms(aff.get(_REQUIRED), where, f"{a}.{_REQUIRED}", namespace, labels),
+        required_anti=_terms(anti.get(_REQUIRED), where, f"{n}.{_REQUIRED}", namespace, labels),
+        preferred=_weighted(aff.get(_PREFERRED), where, f"{a}.{_PREFERRED}", namespace, labels),
+        preferred_anti=_weighted(
+            anti.get(_PREFERRED), where, f"{n}.{_PREFERRED}", namespace, labels
+        ),
+    )
+
+
+_ACTIONS = ("DoNotSchedule", "ScheduleAnyway")
+_POLICIES = ("Honor", "Ignore")
+
+
+def parse_spread_constraint(raw: Any, where: Fields, path: str) -> SpreadConstraint:
+    """One topology spread constraint, validated as the API server validates it."""
+    data = where.mapping(raw, path)
+    max_skew = where.integer(data.get("maxSkew"), f"{path}.maxSkew", 0)
+    if max_skew <= 0:
+        message = f"Invalid value: {max_skew}: must be greater than zero"
+        raise where.fail(f"{path}.maxSkew", message)
+    key = where.string(data.get("topologyKey"), f"{path}.topologyKey", "")
+    if not key:
+        raise where.fail(f"{path}.topologyKey", "Required value: can not be empty")
+    action = where.string(data.get("whenUnsatisfiable"), f"{path}.whenUnsatisfiable", "")
+    if action not in _ACTIONS:
+        raise where.fail(
+            f"{path}.whenUnsatisfiable",
+            f'Unsupported value: "{action}": supported values: "DoNotSchedule", "ScheduleAnyway"',
+        )
+    min_domains = where.integer(data.get("minDomains"), f"{path}.minDomains", 1)
+    if data.get("minDomains") is not None:
+        if min_domains <= 0:
+            raise where.fail(f"{path}.minDomains", f"Invalid value: {min_domains}: must be > 0")
+        if action != "DoNotSchedule":
+            raise where.fail(
+                f"{path}.minDomains",
+                f"Invalid value: {min_domains}: can only use minDomains if "
+                "whenUnsatisfiable=DoNotSchedule",
+            )
+    policies = []
+    for name, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+        value = where.string(data.get(name), f"{path}.{name}", "") or default
+        if value not in _POLICIES:
+            raise where.fail(
+                f"{path}.{name}",
+                f'Unsupported value: "{value}": supported values: "Honor", "Ignore"',
+            )
+        policies.append(value)
+    raw_selector = data.get("labelSelector")
+    return SpreadConstraint(
+        max_skew=max_skew,
+        topology_key=key,
+        when_unsatisfiable=action,
+        selector=parse_label_selector(raw_selector, where, f"{path}.labelSelector"),
+        has_selector=raw_selector is not None,
+        match_label_keys=where.string_list(data.get("matchLabelKeys"), f"{path}.matchLabelKeys"),
+        min_domains=min_domains,
+        node_affinity_policy=policies[0],
+        node_taints_policy=policies[1],
+    )
+
+
+def parse_spread_constraints(raw: Any, where: Fields, path: str) -> tuple[SpreadConstraint, ...]:
+    items = where.list(raw, path)
+    out = tuple(parse_spread_constraint(c, where, f"{path}[{i}]") for i, c in enumerate(items))
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(out):
+        pair = (c.topology_key, c.when_unsatisfiable)
+        if pair in seen:
+            raise where.fail(
+                f"{path}[{i}]",
+                f'Duplicate value: "{{{c.topology_key}, {c.when_unsatisfiable}}}"',
+            )
+        seen.add(pair)
+    return out
 
 
 # ---------------------------------------------------------------------------- pods
@@ -435,6 +629,10 @@ class PodInfo:
     nominated_node_name: str | None = None
     start_time: float | None = None  # status.startTime
     preempted: bool = False  # DisruptionTarget condition, reason PreemptionByScheduler
+    pod_affinity: PodAffinity = field(default_factory=PodAffinity)
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    # The controlling owner: (API group, kind, name), e.g. ("apps", "ReplicaSet", "web-5d8f").
+    controller: tuple[str, str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -455,6 +653,12 @@ class PodInfo:
         status = where.mapping(obj.get("status"), "status")
         resources = _pod_resources(spec, where)
         required, preferred = _node_affinity(spec, where)
+        labels = where.string_map(meta.get("labels"), "metadata.labels")
+        affinity = where.mapping(spec.get("affinity"), "spec.affinity")
+        pod_affinity = parse_pod_affinity(affinity, where, namespace, labels)
+        spread = parse_spread_constraints(
+            spec.get("topologySpreadConstraints"), where, "spec.topologySpreadConstraints"
+        )
         return cls(
             namespace=namespace,
             name=where.string(meta.get("name"), "metadata.name"),
@@ -475,7 +679,7 @@ class PodInfo:
             ),
             required_affinity=required,
             preferred_affinity=preferred,
-            labels=where.string_map(meta.get("labels"), "metadata.labels"),
+            labels=labels,
             annotations=where.string_map(meta.get("annotations"), "metadata.annotations"),
             best_effort=resources.best_effort,
             creation_timestamp=_timestamp(
@@ -491,7 +695,23 @@ class PodInfo:
             pod_group=_pod_group(meta, spec, where, namespace),
             **_storage_fields(obj),
             **_preemption_fields(spec, status, where),
+            pod_affinity=pod_affinity,
+            spread_constraints=spread,
+            controller=_controller(meta, where),
         )
+
+
+def _controller(meta: Mapping[str, Any], where: Fields) -> tuple[str, str, str] | None:
+    """metav1.GetControllerOf: the first owner reference marked `controller: true`."""
+    for i, raw in enumerate(where.list(meta.get("ownerReferences"), "metadata.ownerReferences")):
+        path = f"metadata.ownerReferences[{i}]"
+        ref = where.mapping(raw, path)
+        if ref.get("controller") is True:
+            api_version = where.string(ref.get("apiVersion"), f"{path}.apiVersion", "")
+            group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+            kind = where.string(ref.get("kind"), f"{path}.kind", "")
+            return group, kind, where.string(ref.get("name"), f"{path}.name", "")
+    return None
 
 
 def _pod_identity(obj: Any) -> tuple[Fields, str, Mapping[str, Any]]:
@@ -841,3 +1061,65 @@ class NodeInfo:
             images=images,
             resource_version=str(meta.get("resourceVersion") or ""),
         )
+
+
+# ---------------------------------------------------------------------------- namespaces
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """A namespace's name and labels (what `namespaceSelector` selects on)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NamespaceInfo:
+        where, meta, name, _ = object_identity(obj, "Namespace", namespaced=False)
+        return cls(name, where.string_map(meta.get("labels"), "metadata.labels"))
+
+
+# ---------------------------------------------------------------------------- workloads
+
+_WORKLOAD_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    """A Service, ReplicationController, ReplicaSet or StatefulSet as PodTopologySpread's
+    default constraints read it: its selector. Services and ReplicationControllers select by
+    a label map (`labels`, None when unset), ReplicaSets and StatefulSets by a LabelSelector."""
+
+    kind: str
+    namespace: str
+    name: str
+    selector: LabelSelector
+    labels: Mapping[str, str] | None = field(default=None, hash=False, compare=False)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any], kind: str | None = None) -> WorkloadInfo:
+        """Parse the object; `kind` where the object does not say (items of a list)."""
+        if kind is None:
+            kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        if kind not in _WORKLOAD_KINDS or not isinstance(obj, Mapping):
+            raise ModelError(f"workload: kind: must be one of {', '.join(_WORKLOAD_KINDS)}")
+        assert isinstance(kind, str)
+        meta = obj.get("metadata")
+        raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+        raw_ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        namespace = raw_ns if isinstance(raw_ns, str) and raw_ns else "default"
+        where = _object(kind, f"{namespace}/{raw_name}" if isinstance(raw_name, str) else "")
+        meta = where.mapping(meta, "metadata")
+        name = where.string(meta.get("name"), "metadata.name", "")
+        if not name:
+            raise where.fail("metadata.name", "is required")
+        spec = where.mapping(obj.get("spec"), "spec")
+        raw = spec.get("selector")
+        if kind in ("Service", "ReplicationController"):
+            labels = None if raw is None else where.string_map(raw, "spec.selector")
+            requirements = tuple(
+                LabelRequirement(k, "In", frozenset((v,))) for k, v in (labels or {}).items()
+            )
+            selector = NOTHING if labels is None else LabelSelector(requirements)
+            return cls(kind, namespace, name, selector, labels)
+        return cls(kind, namespace, name, parse_label_selector(raw, where, "spec.selector"))

@@ -40,7 +40,9 @@ class ClusterEvent(enum.Enum):
     NODE_ADD = "NodeAdd"
     NODE_UPDATE = "NodeUpdate"
     NODE_TOPOLOGY = "NodeTopologyChange"
+    POD_ADD = "AssignedPodAdd"
     POD_DELETE = "AssignedPodDelete"
+    NAMESPACE_UPDATE = "NamespaceUpdate"
     CONFIG_CHANGE = "ConfigChange"
     STORAGE_CHANGE = "StorageChange"  # claims, volumes, classes, CSI objects, ResourceClaims
 
@@ -255,6 +257,15 @@ class SchedulingQueue(Generic[T]):
         but `except_key` (the pod whose own failure caused the event)."""
         self._moves += 1
         moved = [key for key in self._unschedulable if key != except_key]
+        for key in moved:
+            self._to_active_or_backoff(self._pods[key])
+        return len(moved)
+
+    def move_if(self, event: ClusterEvent, helps: Callable[[T], bool]) -> int:
+        """A cluster event that can help only some pods (kube's queueing hints, coarsely):
+        the unschedulable pods for which `helps(pod)` holds go back (backoff honoured)."""
+        self._moves += 1
+        moved = [key for key in self._unschedulable if helps(self._pods[key].pod)]
         for key in moved:
             self._to_active_or_backoff(self._pods[key])
         return len(moved)

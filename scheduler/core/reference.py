@@ -8,16 +8,19 @@ profile; only `schedule_reference` needs it, and says which plugin lacks it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from scheduler.core.framework import CycleState, Framework, _absent_reason
-from scheduler.core.model import PodInfo
+from scheduler.core.model import PodInfo, WorkloadInfo
 from scheduler.core.snapshot import NodeState, Snapshot
 
 __all__ = [
+    "Cluster",
     "NoReferenceForm",
+    "ReferenceClusterFilter",
+    "ReferenceClusterScore",
     "ReferenceFilter",
     "ReferenceResult",
     "ReferenceScore",
@@ -42,6 +45,37 @@ class ReferenceScore(Protocol):
         self, pod: PodInfo, feasible: Sequence[NodeState], all_nodes: Sequence[NodeState]
     ) -> list[int] | None:
         """Raw scores of the feasible nodes, in order; None skips."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """Every live node with its pods (in name order) and the namespaces' labels: what the
+    reference forms of plugins that look at other pods read (InterPodAffinity,
+    PodTopologySpread), as kube's PreFilter/PreScore read the whole snapshot."""
+
+    nodes: Sequence[NodeState]
+    namespaces: Mapping[str, Mapping[str, str]]
+    workloads: Mapping[tuple[str, str, str], WorkloadInfo] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ReferenceClusterFilter(Protocol):
+    name: str
+
+    def filter_cluster(self, pod: PodInfo, cluster: Cluster) -> list[list[str]]:
+        """The reasons each node of `cluster.nodes` is rejected, in order."""
+        ...
+
+
+@runtime_checkable
+class ReferenceClusterScore(Protocol):
+    name: str
+
+    def score_cluster(
+        self, pod: PodInfo, feasible: Sequence[NodeState], cluster: Cluster
+    ) -> list[int] | None:
+        """Normalized scores of the feasible nodes, in order; None skips."""
         ...
 
 
@@ -70,11 +104,15 @@ def schedule_reference(framework: Framework, pod: PodInfo, snapshot: Snapshot) -
     cycle = CycleState()
     prefilter_message, restrictions = framework.run_pre_filter(cycle, pod, snapshot)
     filters = [p for p in framework.filters if p.name not in cycle.skip_filter]
+    cluster = Cluster([states[s] for s in slots], snapshot.namespaces, snapshot.workloads)
+    cluster_reasons: dict[str, list[list[str]]] = {}
     for plugin in filters:
-        if not isinstance(plugin, ReferenceFilter):
+        if isinstance(plugin, ReferenceClusterFilter):
+            cluster_reasons[plugin.name] = plugin.filter_cluster(pod, cluster)
+        elif not isinstance(plugin, ReferenceFilter):
             raise NoReferenceForm(f"filter plugin {plugin.name} has no reference form")
     feasible: list[int] = []
-    for slot in slots:
+    for position, slot in enumerate(slots):
         state = states[slot]
         name = state.info.name
         if prefilter_message is not None:
@@ -85,8 +123,11 @@ def schedule_reference(framework: Framework, pod: PodInfo, snapshot: Snapshot) -
             reasons[name] = [_absent_reason(failed[0])]
             continue
         for plugin in filters:
-            assert isinstance(plugin, ReferenceFilter)
-            node_reasons = plugin.filter_node(pod, state)
+            if plugin.name in cluster_reasons:
+                node_reasons = cluster_reasons[plugin.name][position]
+            else:
+                assert isinstance(plugin, ReferenceFilter)
+                node_reasons = plugin.filter_node(pod, state)
             if node_reasons:
                 reasons[name] = node_reasons
                 break
@@ -98,13 +139,17 @@ def schedule_reference(framework: Framework, pod: PodInfo, snapshot: Snapshot) -
         feasible_states = [states[s] for s in feasible]
         all_states = list(states.values())
         for scorer, weight in framework.scores:
-            if not isinstance(scorer, ReferenceScore):
+            raw: list[int] | None
+            if isinstance(scorer, ReferenceClusterScore):
+                raw = scorer.score_cluster(pod, feasible_states, cluster)
+            elif isinstance(scorer, ReferenceScore):
+                raw = scorer.score_nodes(pod, feasible_states, all_states)
+                if raw is not None and isinstance(scorer, ReferenceNormalizer):
+                    raw = scorer.normalize_reference(raw)
+            else:
                 raise NoReferenceForm(f"score plugin {scorer.name} has no reference form")
-            raw = scorer.score_nodes(pod, feasible_states, all_states)
             if raw is None:
                 continue
-            if isinstance(scorer, ReferenceNormalizer):
-                raw = scorer.normalize_reference(raw)
             scores[scorer.name] = {}
             for node_state, value in zip(feasible_states, raw, strict=True):
                 scores[scorer.name][node_state.info.name] = value

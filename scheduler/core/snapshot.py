@@ -13,13 +13,14 @@ scheduled to (kube's cache does the same).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.core.model import HostPort, NodeInfo, PodInfo
+from scheduler.core.model import HostPort, NodeInfo, PodInfo, WorkloadInfo
+from scheduler.core.podindex import PodGroups, TermIndex
 from scheduler.core.storage import StorageState
 from scheduler.core.topology.state import GpuState
 
@@ -73,6 +74,16 @@ class Snapshot:
         self.image_index: dict[str, dict[int, int]] = {}
         self._image_arrays: dict[str, tuple[IntArray, IntArray]] = {}
         self.tainted: set[int] = set()
+        # Pods by namespace and labels, and the affinity terms bound pods carry (podindex).
+        self.pod_groups = PodGroups()
+        self.pod_terms = TermIndex()
+        # Namespace name -> labels, for namespaceSelector; bumped generation on change.
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.namespace_generation = 0
+        # Services, ReplicationControllers, ReplicaSets, StatefulSets by (kind, ns, name):
+        # the selectors PodTopologySpread's default constraints use.
+        self.workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
+        self.services: dict[str, dict[str, WorkloadInfo]] = {}  # namespace -> name -> Service
         self._free: list[int] = []
         # Bumped when labels/taints/node set change, so plugins can cache per generation.
         self.node_generation = 0
@@ -304,6 +315,30 @@ class Snapshot:
         self._account(slot, pod, 1)
         self.pods[slot][pod.key] = pod
         self.storage.count_pod(pod.namespace, pod.volumes, 1)
+        self.pod_groups.add(slot, pod, 1)
+        self.pod_terms.add(slot, pod, 1)
+
+    def set_workload(self, workload: WorkloadInfo) -> None:
+        self.workloads[(workload.kind, workload.namespace, workload.name)] = workload
+        if workload.kind == "Service":
+            self.services.setdefault(workload.namespace, {})[workload.name] = workload
+
+    def remove_workload(self, kind: str, namespace: str, name: str) -> None:
+        self.workloads.pop((kind, namespace, name), None)
+        services = self.services.get(namespace)
+        if kind == "Service" and services is not None:
+            services.pop(name, None)
+            if not services:
+                del self.services[namespace]
+
+    def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """Add, relabel (labels) or forget (None) a namespace."""
+        if labels is None:
+            if self.namespaces.pop(name, None) is not None:
+                self.namespace_generation += 1
+        elif self.namespaces.get(name) != labels:
+            self.namespaces[name] = dict(labels)
+            self.namespace_generation += 1
 
     def remove_pod(self, slot: int, pod: PodInfo) -> None:
         if pod.key in self.gpus.sets[slot]:
@@ -311,6 +346,8 @@ class Snapshot:
         self._account(slot, pod, -1)
         del self.pods[slot][pod.key]
         self.storage.count_pod(pod.namespace, pod.volumes, -1)
+        self.pod_groups.add(slot, pod, -1)
+        self.pod_terms.add(slot, pod, -1)
         self._release_if_empty(slot)
 
     def _account(self, slot: int, pod: PodInfo, sign: int) -> None:

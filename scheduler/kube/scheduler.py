@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -39,7 +40,14 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.model import GROUP_ANNOTATIONS, ModelError, NodeInfo, PodInfo
+from scheduler.core.model import (
+    GROUP_ANNOTATIONS,
+    ModelError,
+    NamespaceInfo,
+    NodeInfo,
+    PodInfo,
+    WorkloadInfo,
+)
 from scheduler.core.preemption import Plan
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, eligible
 from scheduler.core.snapshot import Snapshot
@@ -172,6 +180,34 @@ class KubeScheduler(CycleHooks):
             watch_timeout=self.options.watch_timeout,
             backoff=self.options.reflector_backoff,
         )
+        # Namespace labels feed the namespaceSelector of pod (anti-)affinity terms.
+        self.namespaces = Reflector(
+            client,
+            "/api/v1/namespaces",
+            _GuardedHandler("Namespace", self._namespaces_upsert, self._namespaces_delete),
+            name="namespaces",
+            watch_timeout=self.options.watch_timeout,
+            backoff=self.options.reflector_backoff,
+            on_relist=self._relisted,
+        )
+        # Services, ReplicationControllers, ReplicaSets and StatefulSets: the selectors of
+        # PodTopologySpread's default constraints (kube's DefaultSelector).
+        self.workloads = [
+            Reflector(
+                client,
+                path,
+                _GuardedHandler(
+                    kind,
+                    functools.partial(self._workloads_upsert, kind),
+                    functools.partial(self._workloads_delete, kind),
+                ),
+                name=name,
+                watch_timeout=self.options.watch_timeout,
+                backoff=self.options.reflector_backoff,
+                on_relist=self._relisted,
+            )
+            for kind, name, path in WORKLOAD_PATHS
+        ]
         self.foreign: set[str] = set()  # unbound pods of other schedulers
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.binding: dict[str, asyncio.Task[None]] = {}
@@ -190,15 +226,21 @@ class KubeScheduler(CycleHooks):
     @property
     def synced(self) -> bool:
         return (
-            self.pods.synced.is_set()
-            and self.nodes.synced.is_set()
+            all(r.synced.is_set() for r in self._reflectors())
             and self.groups.is_synced
             and self.storage_watches.synced
         )
 
+    def _reflectors(self) -> list[Reflector]:
+        return [self.nodes, self.namespaces, *self.workloads, self.pods]
+
     async def start(self) -> None:
         """Start informers and event workers (standbys run these too)."""
         self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
+        for reflector in (self.namespaces, *self.workloads):
+            self._tasks.append(
+                asyncio.create_task(reflector.run(), name=f"{reflector.name}-informer")
+            )
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
         self._tasks.append(asyncio.create_task(self.storage_watches.run(), name="storage"))
@@ -212,8 +254,8 @@ class KubeScheduler(CycleHooks):
         await self.pods.run()
 
     async def wait_synced(self) -> None:
-        await self.nodes.synced.wait()
-        await self.pods.synced.wait()
+        for reflector in self._reflectors():
+            await reflector.synced.wait()
         await self.groups.synced()
         await self.storage_watches.wait_synced()
 
@@ -555,6 +597,14 @@ class KubeScheduler(CycleHooks):
             self.foreign.discard(key)
             if key not in self.binding:  # else our binding records the SLI when it returns
                 self.queued_at.pop(key, None)
+            # a pod placed in a domain can satisfy a waiting pod's affinity or spread
+            newly_bound = old is None or not (old.get("spec") or {}).get("nodeName")
+            if (
+                newly_bound
+                and not pod.terminal
+                and self.queue.move_if(ClusterEvent.POD_ADD, waits_on_other_pods)
+            ):
+                self._wakeup.set()
             if pod.terminal and not was_terminal:
                 self.queue.move_all(ClusterEvent.POD_DELETE)
                 self._wakeup.set()
@@ -704,6 +754,35 @@ class KubeScheduler(CycleHooks):
                 f"Preempted by pod {preemptor.uid or preemptor.key} on node {victim.node}",
             )
 
+    def _namespaces_upsert(self, obj: Obj, old: Obj | None) -> None:
+        try:
+            namespace = NamespaceInfo.from_object(obj)
+        except ModelError as exc:
+            log.error("namespace not understood", error=str(exc))
+            return
+        before = dict(self.cache.snapshot.namespaces.get(namespace.name) or {})
+        self.cache.add_namespace(namespace)
+        if old is not None and before != dict(namespace.labels):
+            # a relabelled namespace can satisfy a pod's namespaceSelector
+            self.queue.move_all(ClusterEvent.NAMESPACE_UPDATE)
+            self._wakeup.set()
+
+    def _workloads_upsert(self, kind: str, obj: Obj, old: Obj | None) -> None:
+        try:
+            workload = WorkloadInfo.from_object(obj, kind)
+        except ModelError as exc:
+            log.error("workload not understood", error=str(exc))
+            return
+        self.cache.add_workload(workload)
+
+    def _workloads_delete(self, kind: str, obj: Obj) -> None:
+        md = obj.get("metadata") or {}
+        namespace = str(md.get("namespace") or "default")
+        self.cache.remove_workload(kind, namespace, str(md.get("name")))
+
+    def _namespaces_delete(self, obj: Obj) -> None:
+        self.cache.remove_namespace(str((obj.get("metadata") or {}).get("name")))
+
     # -- gauges ---------------------------------------------------------------------------
 
     def _update_gauges(self) -> None:
@@ -787,6 +866,23 @@ class KubeBinder:
 def _same_group_annotations(new: Obj, old: Obj) -> bool:
     """The pod group annotations (read into PodInfo.pod_group) did not change."""
     return all(new.get(key) == old.get(key) for key in GROUP_ANNOTATIONS)
+
+
+WORKLOAD_PATHS = (
+    ("Service", "services", "/api/v1/services"),
+    ("ReplicationController", "replicationcontrollers", "/api/v1/replicationcontrollers"),
+    ("ReplicaSet", "replicasets", "/apis/apps/v1/replicasets"),
+    ("StatefulSet", "statefulsets", "/apis/apps/v1/statefulsets"),
+)
+
+
+def waits_on_other_pods(pod: PodInfo) -> bool:
+    """Whether a newly placed pod can make this unschedulable pod schedulable: it has
+    required pod affinity, or a DoNotSchedule spread constraint (a new pod can raise the
+    global minimum)."""
+    return bool(pod.pod_affinity.required) or any(
+        c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
+    )
 
 
 def _top_scores(result: ScheduleResult, snapshot: Snapshot, n: int = 3) -> dict[str, int]:

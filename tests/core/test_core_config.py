@@ -18,6 +18,8 @@ DEFAULT_SCORES = [
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
     ("NodeResourcesFit", 1),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
 ]
@@ -31,6 +33,8 @@ DEFAULT_FILTERS = [
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
     "DynamicResources",
     "NodeMemoryPressure",
 ]
@@ -81,6 +85,8 @@ def test_reenabling_a_default_moves_it_first_with_the_new_weight() -> None:
         ("NodeAffinity", 7),
         ("TaintToleration", 3),
         ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
         ("ImageLocality", 1),
     ]
@@ -93,7 +99,7 @@ def test_zero_weight_means_one() -> None:
 
 def test_disabling_one_default() -> None:
     got = _scores({"score": {"disabled": [{"name": "ImageLocality"}]}})
-    assert got == DEFAULT_SCORES[:4]
+    assert got == DEFAULT_SCORES[:-1]
     assert "NodePorts" not in _filters({"filter": {"disabled": [{"name": "NodePorts"}]}})
 
 
@@ -107,7 +113,7 @@ def test_disabled_then_enabled_again_goes_last() -> None:
         }
     )
     assert got[-1] == ("TaintToleration", 9)
-    assert len(got) == 5
+    assert len(got) == len(DEFAULT_SCORES)
 
 
 def test_multipoint_and_prefilter_points() -> None:

@@ -58,6 +58,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True),
     Resource("resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", True),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
+    # what PodTopologySpread's default constraints select pods by
+    Resource("", "v1", "services", "Service", True),
+    Resource("", "v1", "replicationcontrollers", "ReplicationController", True),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", True),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", True),
 )
 
 # Served only when a test says so (`Store.served`), as CRDs and feature-gated APIs are:
