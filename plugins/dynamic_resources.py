@@ -18,7 +18,6 @@ from scheduler.core.config import strict_mapping
 from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
 from scheduler.core.model import NodeInfo, NodeSelector, PodInfo
 from scheduler.core.snapshot import BoolArray, Snapshot
-from scheduler.core.storage import requirement_matches
 
 NAME = "DynamicResources"
 NOT_ALLOCATED = (
@@ -43,9 +42,8 @@ def selector_admits(selector: NodeSelector, node: NodeInfo) -> bool:
     for term in selector.terms:
         if not term.match_expressions and not term.match_fields:
             continue
-        if all(requirement_matches(r, node.labels) for r in term.match_expressions) and all(
-            r.key == "metadata.name" and requirement_matches(r, {r.key: node.name})
-            for r in term.match_fields
+        if all(r.matches(node.labels) for r in term.match_expressions) and all(
+            r.key == "metadata.name" and r.matches({r.key: node.name}) for r in term.match_fields
         ):
             return True
     return False

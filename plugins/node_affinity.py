@@ -30,6 +30,7 @@ from scheduler.core.model import (
     NodeSelectorTerm,
     PodInfo,
     PreferredTerm,
+    go_parse_int,
 )
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 
@@ -39,19 +40,9 @@ REASON_CONFLICT = "pod affinity terms conflict"
 _NAME_FIELD = "metadata.name"
 
 
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # apimachinery's qualified-name part and label-value syntax (ASCII only).
 _NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _int(text: str) -> int | None:
-    """Go's strconv.ParseInt(text, 10, 64): ASCII digits, optional sign, int64 range."""
-    if _GO_INT.fullmatch(text) is None:
-        return None
-    value = int(text)
-    return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
 def _valid_key(key: str) -> bool:
@@ -82,31 +73,12 @@ def _valid_expression(req: NodeSelectorRequirement) -> bool:
     if req.operator in ("Exists", "DoesNotExist"):
         return len(req.values) == 0
     if req.operator in ("Gt", "Lt"):
-        return len(req.values) == 1 and _int(req.values[0]) is not None
+        return len(req.values) == 1 and go_parse_int(req.values[0]) is not None
     return False
 
 
 def _valid_field(req: NodeSelectorRequirement) -> bool:
     return req.key == _NAME_FIELD and req.operator in ("In", "NotIn") and len(req.values) == 1
-
-
-def _expression_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
-    value = labels.get(req.key)
-    op = req.operator
-    if op == "In":
-        return value is not None and value in req.values
-    if op == "NotIn":
-        return value is None or value not in req.values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if value is None:
-        return False
-    have, want = _int(value), _int(req.values[0])
-    if have is None or want is None:
-        return False
-    return have > want if op == "Gt" else have < want
 
 
 def term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
@@ -117,7 +89,7 @@ def term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
         return False
     if not all(_valid_field(r) for r in term.match_fields):
         return False
-    if not all(_expression_matches(r, node.labels) for r in term.match_expressions):
+    if not all(r.matches(node.labels) for r in term.match_expressions):
         return False
     return all((node.name in r.values) == (r.operator == "In") for r in term.match_fields)
 

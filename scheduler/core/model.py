@@ -9,6 +9,7 @@ error names the object and the field.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -113,6 +114,38 @@ class NodeSelectorRequirement:
     key: str
     operator: str
     values: tuple[str, ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """component-helpers' nodeaffinity: one requirement against a node's labels (used
+        by node affinity and by PersistentVolume / ResourceClaim node selectors)."""
+        value = labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op not in ("Gt", "Lt") or value is None or len(self.values) != 1:
+            return False
+        have, want = go_parse_int(value), go_parse_int(self.values[0])
+        if have is None or want is None:
+            return False
+        return have > want if op == "Gt" else have < want
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def go_parse_int(text: str) -> int | None:
+    """Go's strconv.ParseInt(text, 10, 64): ASCII digits, optional sign, int64 range."""
+    if _GO_INT.fullmatch(text) is None:
+        return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
 @dataclass(frozen=True, slots=True)

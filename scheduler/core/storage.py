@@ -55,7 +55,6 @@ __all__ = [
     "attach_limit_key",
     "node_selector_matches_labels",
     "parse_pod_storage",
-    "requirement_matches",
 ]
 
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -235,26 +234,6 @@ class LabelSelector:
         return True
 
 
-def requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
-    value = labels.get(req.key)
-    op = req.operator
-    if op == "In":
-        return value is not None and value in req.values
-    if op == "NotIn":
-        return value is None or value not in req.values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and len(req.values) == 1:
-        try:
-            have, want = int(value), int(req.values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def node_selector_matches_labels(selector: NodeSelector, labels: Mapping[str, str]) -> bool:
     """kube's volume CheckNodeAffinity: the terms against a node known by its labels only,
     so with an empty name (`metadata.name In` never matches, `NotIn` always does; another
@@ -262,10 +241,8 @@ def node_selector_matches_labels(selector: NodeSelector, labels: Mapping[str, st
     for term in selector.terms:
         if not term.match_fields and not term.match_expressions:
             continue
-        if all(requirement_matches(r, labels) for r in term.match_expressions) and all(
-            r.key == "metadata.name"
-            and r.operator in ("In", "NotIn")
-            and requirement_matches(r, _NAMELESS)
+        if all(r.matches(labels) for r in term.match_expressions) and all(
+            r.key == "metadata.name" and r.operator in ("In", "NotIn") and r.matches(_NAMELESS)
             for r in term.match_fields
         ):
             return True
