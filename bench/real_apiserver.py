@@ -189,6 +189,7 @@ def launch_topo(
             str(plane.kubeconfig("admin")),
             "--bind-address",
             f"127.0.0.1:{port}",
+            "--insecure-plain-http",  # the bench scrapes /metrics locally, without a token
             "--kube-api-qps",
             str(qps),
             "--kube-api-burst",
