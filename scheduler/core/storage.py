@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from scheduler.core.decode import Fields
 from scheduler.core.model import (
     ModelError,
     NodeSelector,
@@ -70,68 +71,28 @@ _CSI_LIMIT_PREFIX = "attachable-volumes-csi-"
 # ---------------------------------------------------------------------------- decoding
 
 
-class _Where:
-    """Names the object and field in errors: ``PersistentVolumeClaim ml/data: spec...``."""
+@dataclass(frozen=True, slots=True)
+class _Where(Fields):
+    """The project's decoder for one storage object (errors read ``PersistentVolumeClaim
+    ml/data: spec...``), with the object's namespace and the storage-specific fields."""
 
-    def __init__(self, kind: str, obj: Any, namespaced: bool) -> None:
+    namespace: str = "default"
+
+    @classmethod
+    def of(cls, kind: str, obj: Any, namespaced: bool) -> _Where:
         if not isinstance(obj, Mapping):
             raise ModelError(f"{kind}: must be a mapping, got {type(obj).__name__}")
-        self.kind = kind
         meta = obj.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
         name, ns = meta.get("name"), meta.get("namespace")
-        self.namespace = ns if isinstance(ns, str) and ns else "default"
+        namespace = ns if isinstance(ns, str) and ns else "default"
         label = name if isinstance(name, str) else ""
         if namespaced and label:
-            label = f"{self.namespace}/{label}"
-        self.prefix = f"{kind} {label}" if label else kind
-
-    def error(self, path: str, message: str) -> ModelError:
-        return ModelError(f"{self.prefix}: {path}: {message}")
-
-    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.error(path, f"must be a mapping, got {type(value).__name__}")
-        return value
-
-    def items(self, value: Any, path: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self.error(path, f"must be a list, got {type(value).__name__}")
-        return value
-
-    def text(self, value: Any, path: str) -> str:
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise self.error(path, f"must be a string, got {type(value).__name__}")
-        return value
+            label = f"{namespace}/{label}"
+        return cls(ModelError, f"{kind} {label}: " if label else f"{kind}: ", namespace=namespace)
 
     def opt_str(self, value: Any, path: str) -> str | None:
-        return None if value is None else self.text(value, path)
-
-    def flag(self, value: Any, path: str) -> bool:
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            raise self.error(path, f"must be a boolean, got {value!r}")
-        return value
-
-    def integer(self, value: Any, path: str) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(path, f"must be an integer, got {value!r}")
-        return value
-
-    def strings(self, value: Any, path: str) -> tuple[str, ...]:
-        return tuple(self.text(v, f"{path}[{i}]") for i, v in enumerate(self.items(value, path)))
-
-    def string_map(self, value: Any, path: str) -> dict[str, str]:
-        return {str(k): self.text(v, f"{path}.{k}") for k, v in self.mapping(value, path).items()}
+        return None if value is None else self.string(value, path)
 
     def quantity(self, value: Any, path: str) -> int | None:
         if value is None:
@@ -139,23 +100,23 @@ class _Where:
         try:
             amount = parse_quantity(value)
         except QuantityError as exc:
-            raise self.error(path, str(exc)) from None
+            raise self.fail(path, str(exc)) from None
         if amount < 0:
-            raise self.error(path, "must be greater than or equal to 0")
+            raise self.fail(path, "must be greater than or equal to 0")
         return to_units("storage", amount)
 
     def meta(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = self.mapping(obj.get("metadata"), "metadata")
-        if not self.text(meta.get("name"), "metadata.name"):
-            raise self.error("metadata.name", "is required")
+        if not self.string(meta.get("name"), "metadata.name", ""):
+            raise self.fail("metadata.name", "is required")
         return meta
 
     def access_modes(self, value: Any, path: str) -> tuple[str, ...]:
-        modes = self.strings(value, path)
+        modes = self.string_list(value, path)
         for i, mode in enumerate(modes):
             if mode not in _ACCESS_MODES:
                 supported = ", ".join(f'"{m}"' for m in _ACCESS_MODES)
-                raise self.error(
+                raise self.fail(
                     f"{path}[{i}]", f'Unsupported value: "{mode}": supported values: {supported}'
                 )
         return modes
@@ -165,9 +126,7 @@ class _Where:
             return None
         raw = self.mapping(value, path)
         terms = []
-        for i, t in enumerate(
-            self.items(raw.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
-        ):
+        for i, t in enumerate(self.list(raw.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")):
             tpath = f"{path}.nodeSelectorTerms[{i}]"
             term = self.mapping(t, tpath)
             terms.append(
@@ -182,13 +141,13 @@ class _Where:
 
     def requirements(self, value: Any, path: str) -> tuple[NodeSelectorRequirement, ...]:
         out = []
-        for i, r in enumerate(self.items(value, path)):
+        for i, r in enumerate(self.list(value, path)):
             item = self.mapping(r, f"{path}[{i}]")
             out.append(
                 NodeSelectorRequirement(
-                    key=self.text(item.get("key"), f"{path}[{i}].key"),
-                    operator=self.text(item.get("operator"), f"{path}[{i}].operator"),
-                    values=self.strings(item.get("values"), f"{path}[{i}].values"),
+                    key=self.string(item.get("key"), f"{path}[{i}].key", ""),
+                    operator=self.string(item.get("operator"), f"{path}[{i}].operator", ""),
+                    values=self.string_list(item.get("values"), f"{path}[{i}].values"),
                 )
             )
         return tuple(out)
@@ -200,7 +159,7 @@ class _Where:
         exprs = self.requirements(raw.get("matchExpressions"), f"{path}.matchExpressions")
         for i, e in enumerate(exprs):
             if e.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                raise self.error(
+                raise self.fail(
                     f"{path}.matchExpressions[{i}].operator",
                     f'"{e.operator}" is not a valid label selector operator',
                 )
@@ -327,34 +286,36 @@ class PersistentVolumeClaim:
 
     @classmethod
     def from_object(cls, obj: Any) -> PersistentVolumeClaim:
-        w = _Where("PersistentVolumeClaim", obj, namespaced=True)
+        w = _Where.of("PersistentVolumeClaim", obj, namespaced=True)
         meta = w.meta(obj)
         spec = w.mapping(obj.get("spec"), "spec")
         resources = w.mapping(spec.get("resources"), "spec.resources")
         requests = w.mapping(resources.get("requests"), "spec.resources.requests")
         controller = ""
-        refs = w.items(meta.get("ownerReferences"), "metadata.ownerReferences")
+        refs = w.list(meta.get("ownerReferences"), "metadata.ownerReferences")
         for i, ref in enumerate(refs):
             item = w.mapping(ref, f"metadata.ownerReferences[{i}]")
-            if w.flag(item.get("controller"), f"metadata.ownerReferences[{i}].controller"):
-                controller = w.text(item.get("uid"), f"metadata.ownerReferences[{i}].uid")
+            if w.boolean(
+                item.get("controller"), f"metadata.ownerReferences[{i}].controller", False
+            ):
+                controller = w.string(item.get("uid"), f"metadata.ownerReferences[{i}].uid", "")
         return cls(
             namespace=w.namespace,
-            name=w.text(meta.get("name"), "metadata.name"),
-            uid=w.text(meta.get("uid"), "metadata.uid"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
+            uid=w.string(meta.get("uid"), "metadata.uid", ""),
             annotations=w.string_map(meta.get("annotations"), "metadata.annotations"),
             storage_class_name=w.opt_str(spec.get("storageClassName"), "spec.storageClassName"),
-            volume_name=w.text(spec.get("volumeName"), "spec.volumeName"),
+            volume_name=w.string(spec.get("volumeName"), "spec.volumeName", ""),
             access_modes=w.access_modes(spec.get("accessModes"), "spec.accessModes"),
-            volume_mode=w.text(spec.get("volumeMode"), "spec.volumeMode") or "Filesystem",
+            volume_mode=w.string(spec.get("volumeMode"), "spec.volumeMode", "") or "Filesystem",
             request=w.quantity(requests.get("storage"), "spec.resources.requests.storage"),
             selector=w.label_selector(spec.get("selector"), "spec.selector"),
             deleting=meta.get("deletionTimestamp") is not None,
             controller_uid=controller,
             resource_version=str(meta.get("resourceVersion") or ""),
-            phase=w.text(w.mapping(obj.get("status"), "status").get("phase"), "status.phase"),
-            attributes_class=w.text(
-                spec.get("volumeAttributesClassName"), "spec.volumeAttributesClassName"
+            phase=w.string(w.mapping(obj.get("status"), "status").get("phase"), "status.phase", ""),
+            attributes_class=w.string(
+                spec.get("volumeAttributesClassName"), "spec.volumeAttributesClassName", ""
             ),
             raw=obj,
         )
@@ -408,7 +369,7 @@ class PersistentVolume:
 
     @classmethod
     def from_object(cls, obj: Any) -> PersistentVolume:
-        w = _Where("PersistentVolume", obj, namespaced=False)
+        w = _Where.of("PersistentVolume", obj, namespaced=False)
         meta = w.meta(obj)
         spec = w.mapping(obj.get("spec"), "spec")
         status = w.mapping(obj.get("status"), "status")
@@ -418,29 +379,29 @@ class PersistentVolume:
         if ref_raw is not None:
             ref = w.mapping(ref_raw, "spec.claimRef")
             claim_ref = ClaimRef(
-                namespace=w.text(ref.get("namespace"), "spec.claimRef.namespace"),
-                name=w.text(ref.get("name"), "spec.claimRef.name"),
-                uid=w.text(ref.get("uid"), "spec.claimRef.uid"),
+                namespace=w.string(ref.get("namespace"), "spec.claimRef.namespace", ""),
+                name=w.string(ref.get("name"), "spec.claimRef.name", ""),
+                uid=w.string(ref.get("uid"), "spec.claimRef.uid", ""),
             )
         affinity = w.mapping(spec.get("nodeAffinity"), "spec.nodeAffinity")
         csi = None
         if spec.get("csi") is not None:
             source = w.mapping(spec.get("csi"), "spec.csi")
             csi = (
-                w.text(source.get("driver"), "spec.csi.driver"),
-                w.text(source.get("volumeHandle"), "spec.csi.volumeHandle"),
+                w.string(source.get("driver"), "spec.csi.driver", ""),
+                w.string(source.get("volumeHandle"), "spec.csi.volumeHandle", ""),
             )
         return cls(
-            name=w.text(meta.get("name"), "metadata.name"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
             labels=w.string_map(meta.get("labels"), "metadata.labels"),
             annotations=w.string_map(meta.get("annotations"), "metadata.annotations"),
             storage_class_name=w.opt_str(spec.get("storageClassName"), "spec.storageClassName"),
             capacity=w.quantity(capacity.get("storage"), "spec.capacity.storage") or 0,
             access_modes=w.access_modes(spec.get("accessModes"), "spec.accessModes"),
-            volume_mode=w.text(spec.get("volumeMode"), "spec.volumeMode") or "Filesystem",
+            volume_mode=w.string(spec.get("volumeMode"), "spec.volumeMode", "") or "Filesystem",
             claim_ref=claim_ref,
             node_affinity=w.node_selector(affinity.get("required"), "spec.nodeAffinity.required"),
-            phase=w.text(status.get("phase"), "status.phase"),
+            phase=w.string(status.get("phase"), "status.phase", ""),
             deleting=meta.get("deletionTimestamp") is not None,
             csi=csi,
             resource_version=str(meta.get("resourceVersion") or ""),
@@ -495,19 +456,19 @@ class StorageClass:
 
     @classmethod
     def from_object(cls, obj: Any) -> StorageClass:
-        w = _Where("StorageClass", obj, namespaced=False)
+        w = _Where.of("StorageClass", obj, namespaced=False)
         meta = w.meta(obj)
         mode = w.opt_str(obj.get("volumeBindingMode"), "volumeBindingMode")
         if mode is not None and mode not in ("Immediate", WAIT_FOR_FIRST_CONSUMER):
-            raise w.error(
+            raise w.fail(
                 "volumeBindingMode",
                 f'Unsupported value: "{mode}": supported values: '
                 '"Immediate", "WaitForFirstConsumer"',
             )
         terms = []
-        for i, t in enumerate(w.items(obj.get("allowedTopologies"), "allowedTopologies")):
+        for i, t in enumerate(w.list(obj.get("allowedTopologies"), "allowedTopologies")):
             path = f"allowedTopologies[{i}].matchLabelExpressions"
-            exprs = w.items(
+            exprs = w.list(
                 w.mapping(t, f"allowedTopologies[{i}]").get("matchLabelExpressions"), path
             )
             term = []
@@ -515,14 +476,14 @@ class StorageClass:
                 item = w.mapping(e, f"{path}[{j}]")
                 term.append(
                     (
-                        w.text(item.get("key"), f"{path}[{j}].key"),
-                        w.strings(item.get("values"), f"{path}[{j}].values"),
+                        w.string(item.get("key"), f"{path}[{j}].key", ""),
+                        w.string_list(item.get("values"), f"{path}[{j}].values"),
                     )
                 )
             terms.append(tuple(term))
         return cls(
-            name=w.text(meta.get("name"), "metadata.name"),
-            provisioner=w.text(obj.get("provisioner"), "provisioner"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
+            provisioner=w.string(obj.get("provisioner"), "provisioner", ""),
             binding_mode=mode,
             allowed_topologies=tuple(terms),
         )
@@ -535,22 +496,22 @@ class CSINode:
 
     @classmethod
     def from_object(cls, obj: Any) -> CSINode:
-        w = _Where("CSINode", obj, namespaced=False)
+        w = _Where.of("CSINode", obj, namespaced=False)
         meta = w.meta(obj)
         spec = w.mapping(obj.get("spec"), "spec")
         limits: dict[str, int] = {}
-        for i, d in enumerate(w.items(spec.get("drivers"), "spec.drivers")):
+        for i, d in enumerate(w.list(spec.get("drivers"), "spec.drivers")):
             item = w.mapping(d, f"spec.drivers[{i}]")
-            name = w.text(item.get("name"), f"spec.drivers[{i}].name")
+            name = w.string(item.get("name"), f"spec.drivers[{i}].name", "")
             alloc = w.mapping(item.get("allocatable"), f"spec.drivers[{i}].allocatable")
-            count = w.integer(alloc.get("count"), f"spec.drivers[{i}].allocatable.count")
+            count = w.optional_integer(alloc.get("count"), f"spec.drivers[{i}].allocatable.count")
             if count is not None:
                 if count < 0:
-                    raise w.error(
+                    raise w.fail(
                         f"spec.drivers[{i}].allocatable.count", "must be greater than or equal to 0"
                     )
                 limits[name] = count
-        return cls(name=w.text(meta.get("name"), "metadata.name"), limits=limits)
+        return cls(name=w.string(meta.get("name"), "metadata.name", ""), limits=limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,12 +521,12 @@ class CSIDriver:
 
     @classmethod
     def from_object(cls, obj: Any) -> CSIDriver:
-        w = _Where("CSIDriver", obj, namespaced=False)
+        w = _Where.of("CSIDriver", obj, namespaced=False)
         meta = w.meta(obj)
         spec = w.mapping(obj.get("spec"), "spec")
         return cls(
-            name=w.text(meta.get("name"), "metadata.name"),
-            storage_capacity=w.flag(spec.get("storageCapacity"), "spec.storageCapacity"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
+            storage_capacity=w.boolean(spec.get("storageCapacity"), "spec.storageCapacity", False),
         )
 
 
@@ -593,12 +554,12 @@ class CSIStorageCapacity:
 
     @classmethod
     def from_object(cls, obj: Any) -> CSIStorageCapacity:
-        w = _Where("CSIStorageCapacity", obj, namespaced=True)
+        w = _Where.of("CSIStorageCapacity", obj, namespaced=True)
         meta = w.meta(obj)
         return cls(
             namespace=w.namespace,
-            name=w.text(meta.get("name"), "metadata.name"),
-            storage_class_name=w.text(obj.get("storageClassName"), "storageClassName"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
+            storage_class_name=w.string(obj.get("storageClassName"), "storageClassName", ""),
             capacity=w.quantity(obj.get("capacity"), "capacity"),
             maximum_volume_size=w.quantity(obj.get("maximumVolumeSize"), "maximumVolumeSize"),
             node_topology=w.label_selector(obj.get("nodeTopology"), "nodeTopology"),
@@ -620,7 +581,7 @@ class ResourceClaim:
 
     @classmethod
     def from_object(cls, obj: Any) -> ResourceClaim:
-        w = _Where("ResourceClaim", obj, namespaced=True)
+        w = _Where.of("ResourceClaim", obj, namespaced=True)
         meta = w.meta(obj)
         status = w.mapping(obj.get("status"), "status")
         allocation = status.get("allocation")
@@ -629,14 +590,14 @@ class ResourceClaim:
             alloc = w.mapping(allocation, "status.allocation")
             selector = w.node_selector(alloc.get("nodeSelector"), "status.allocation.nodeSelector")
         reserved = []
-        for i, r in enumerate(w.items(status.get("reservedFor"), "status.reservedFor")):
+        for i, r in enumerate(w.list(status.get("reservedFor"), "status.reservedFor")):
             item = w.mapping(r, f"status.reservedFor[{i}]")
-            if w.text(item.get("resource"), f"status.reservedFor[{i}].resource") == "pods":
-                reserved.append(w.text(item.get("uid"), f"status.reservedFor[{i}].uid"))
+            if w.string(item.get("resource"), f"status.reservedFor[{i}].resource", "") == "pods":
+                reserved.append(w.string(item.get("uid"), f"status.reservedFor[{i}].uid", ""))
         return cls(
             namespace=w.namespace,
-            name=w.text(meta.get("name"), "metadata.name"),
-            uid=w.text(meta.get("uid"), "metadata.uid"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
+            uid=w.string(meta.get("uid"), "metadata.uid", ""),
             allocated=allocation is not None,
             reserved_for=tuple(reserved),
             node_selector=selector,
@@ -655,14 +616,14 @@ class VolumeAttachment:
 
     @classmethod
     def from_object(cls, obj: Any) -> VolumeAttachment:
-        w = _Where("VolumeAttachment", obj, namespaced=False)
+        w = _Where.of("VolumeAttachment", obj, namespaced=False)
         meta = w.meta(obj)
         spec = w.mapping(obj.get("spec"), "spec")
         source = w.mapping(spec.get("source"), "spec.source")
         return cls(
-            name=w.text(meta.get("name"), "metadata.name"),
-            attacher=w.text(spec.get("attacher"), "spec.attacher"),
-            node_name=w.text(spec.get("nodeName"), "spec.nodeName"),
+            name=w.string(meta.get("name"), "metadata.name", ""),
+            attacher=w.string(spec.get("attacher"), "spec.attacher", ""),
+            node_name=w.string(spec.get("nodeName"), "spec.nodeName", ""),
             pv_name=w.opt_str(
                 source.get("persistentVolumeName"), "spec.source.persistentVolumeName"
             ),
@@ -710,11 +671,12 @@ class PodResourceClaim:
 
 def _pod_volume(w: _Where, pod_name: str, raw: Any, path: str) -> PodVolume:
     item = w.mapping(raw, path)
-    name = w.text(item.get("name"), f"{path}.name")
+    name = w.string(item.get("name"), f"{path}.name", "")
     if item.get("persistentVolumeClaim") is not None:
         src = w.mapping(item.get("persistentVolumeClaim"), f"{path}.persistentVolumeClaim")
         return PodVolume(
-            name, claim=w.text(src.get("claimName"), f"{path}.persistentVolumeClaim.claimName")
+            name,
+            claim=w.string(src.get("claimName"), f"{path}.persistentVolumeClaim.claimName", ""),
         )
     if item.get("ephemeral") is not None:
         return PodVolume(name, claim=f"{pod_name}-{name}", ephemeral=True)
@@ -726,19 +688,19 @@ def _pod_volume(w: _Where, pod_name: str, raw: Any, path: str) -> PodVolume:
     for source, kind, key in disks:
         if item.get(source) is not None:
             src = w.mapping(item.get(source), f"{path}.{source}")
-            ident = w.text(src.get(key), f"{path}.{source}.{key}")
-            read_only = w.flag(src.get("readOnly"), f"{path}.{source}.readOnly")
+            ident = w.string(src.get(key), f"{path}.{source}.{key}", "")
+            read_only = w.boolean(src.get("readOnly"), f"{path}.{source}.readOnly", False)
             return PodVolume(
                 name, disk=(kind, ident), read_only=read_only, needs_restrictions_check=True
             )
     if item.get("rbd") is not None:
         src = w.mapping(item.get("rbd"), f"{path}.rbd")
         rbd = (
-            w.strings(src.get("monitors"), f"{path}.rbd.monitors"),
-            w.text(src.get("pool"), f"{path}.rbd.pool") or "rbd",  # the API's default
-            w.text(src.get("image"), f"{path}.rbd.image"),
+            w.string_list(src.get("monitors"), f"{path}.rbd.monitors"),
+            w.string(src.get("pool"), f"{path}.rbd.pool", "") or "rbd",  # the API's default
+            w.string(src.get("image"), f"{path}.rbd.image", ""),
         )
-        read_only = w.flag(src.get("readOnly"), f"{path}.rbd.readOnly")
+        read_only = w.boolean(src.get("readOnly"), f"{path}.rbd.readOnly", False)
         return PodVolume(name, rbd=rbd, read_only=read_only, needs_restrictions_check=True)
     return PodVolume(name)
 
@@ -748,27 +710,29 @@ def parse_pod_storage(
 ) -> tuple[tuple[PodVolume, ...], tuple[PodResourceClaim, ...]]:
     """A Pod's volumes (spec.volumes) and ResourceClaims (spec.resourceClaims, resolved with
     status.resourceClaimStatuses for claims made from a template)."""
-    w = _Where("Pod", obj, namespaced=True)
+    w = _Where.of("Pod", obj, namespaced=True)
     meta = w.mapping(obj.get("metadata"), "metadata")
-    pod_name = w.text(meta.get("name"), "metadata.name")
+    pod_name = w.string(meta.get("name"), "metadata.name", "")
     spec = w.mapping(obj.get("spec"), "spec")
     volumes = tuple(
         _pod_volume(w, pod_name, v, f"spec.volumes[{i}]")
-        for i, v in enumerate(w.items(spec.get("volumes"), "spec.volumes"))
+        for i, v in enumerate(w.list(spec.get("volumes"), "spec.volumes"))
     )
     status = w.mapping(obj.get("status"), "status")
     generated: dict[str, str] = {}
-    statuses = w.items(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses")
+    statuses = w.list(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses")
     for i, s in enumerate(statuses):
         item = w.mapping(s, f"status.resourceClaimStatuses[{i}]")
         claim = item.get("resourceClaimName")
         if claim is not None:
-            name = w.text(item.get("name"), f"status.resourceClaimStatuses[{i}].name")
-            generated[name] = w.text(claim, f"status.resourceClaimStatuses[{i}].resourceClaimName")
+            name = w.string(item.get("name"), f"status.resourceClaimStatuses[{i}].name", "")
+            generated[name] = w.string(
+                claim, f"status.resourceClaimStatuses[{i}].resourceClaimName", ""
+            )
     claims = []
-    for i, c in enumerate(w.items(spec.get("resourceClaims"), "spec.resourceClaims")):
+    for i, c in enumerate(w.list(spec.get("resourceClaims"), "spec.resourceClaims")):
         item = w.mapping(c, f"spec.resourceClaims[{i}]")
-        name = w.text(item.get("name"), f"spec.resourceClaims[{i}].name")
+        name = w.string(item.get("name"), f"spec.resourceClaims[{i}].name", "")
         direct = w.opt_str(
             item.get("resourceClaimName"), f"spec.resourceClaims[{i}].resourceClaimName"
         )
