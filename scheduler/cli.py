@@ -10,8 +10,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scheduler.core.topology.schema import GPU_RESOURCE
-
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the scheduler in a cluster")
@@ -79,7 +77,7 @@ def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from scheduler.sim.cli import POLICY_CHOICES
+    from scheduler.sim.policies import POLICY_CHOICES
 
     p = sub.add_parser("simulate", help="replay a GPU cluster and a job trace")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the bundled cluster)")
@@ -143,8 +141,8 @@ def _add_device_plugin(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock")
     p.add_argument(
         "--resource-name",
-        default=GPU_RESOURCE,
-        help="extended resource to serve; must equal the scheduler profile's GPU resource",
+        help="extended resource to serve (default nvidia.com/gpu); must equal the scheduler "
+        "profile's GPU resource",
     )
     p.add_argument(
         "--device-list-strategy",

@@ -15,14 +15,13 @@ from typing import Any
 
 from scheduler.core.config import ConfigError, SchedulerConfiguration, default_config, load_config
 from scheduler.core.safeload import InputError, one_line, read_input, with_origin
-from scheduler.sim.engine import (
-    KUBE_NVIDIA_DP,
-    POLICIES,
+from scheduler.sim.engine import Simulation, WorkLimitError
+from scheduler.sim.policies import (
     POLICY_ALIASES,
+    POLICY_CHOICES,
     TOPO,
     TOPO_NVIDIA_DP,
-    Simulation,
-    WorkLimitError,
+    expand_policies,
 )
 from scheduler.sim.report import document, plot, render_table, summarize
 from scheduler.sim.scenario import (
@@ -35,19 +34,6 @@ from scheduler.sim.scenario import (
 from scheduler.sim.trace import TraceReplay, load_trace, parse_window, replay_on
 
 __all__ = ["POLICY_CHOICES", "expand_policies", "run_simulate", "simulate"]
-
-_POLICY_SETS = {
-    **{p: (p,) for p in POLICIES},
-    **{alias: (p,) for alias, p in POLICY_ALIASES.items()},
-    "both": (TOPO, KUBE_NVIDIA_DP),
-    "all": POLICIES,
-}
-POLICY_CHOICES = tuple(_POLICY_SETS)
-"""`--policy` values: each policy, the earlier names, `both` and `all`."""
-
-
-def expand_policies(name: str) -> tuple[str, ...]:
-    return _POLICY_SETS[name]
 
 
 def _config(path: str | None) -> SchedulerConfiguration:

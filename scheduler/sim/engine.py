@@ -56,6 +56,14 @@ from scheduler.core.topology.schema import (
 )
 from scheduler.core.topology.scoring import mask_to_indices
 from scheduler.sim.gangs import GangTracker
+from scheduler.sim.policies import (
+    KUBE_FIRST_FREE,
+    POLICIES,
+    POLICY_ALIASES,
+    POLICY_DESCRIPTIONS,
+    TOPO,
+    TOPO_NVIDIA_DP,
+)
 from scheduler.sim.quality import QualityModel, SetQuality, stretched_duration
 from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
 
@@ -70,25 +78,6 @@ __all__ = [
     "count_only_config",
 ]
 
-TOPO = "topo+topo-dp"
-TOPO_NVIDIA_DP = "topo+nvidia-dp"
-KUBE_NVIDIA_DP = "kube+nvidia-dp"
-KUBE_FIRST_FREE = "kube+first-free"
-POLICIES = (TOPO, TOPO_NVIDIA_DP, KUBE_NVIDIA_DP, KUBE_FIRST_FREE)
-"""Scheduler + device plugin: who picks the node, who hands out the GPUs on it."""
-POLICY_DESCRIPTIONS = {
-    TOPO: "topo-scheduler + its device plugin (hands out the recorded GPU set)",
-    TOPO_NVIDIA_DP: "topo-scheduler + NVIDIA's stock device plugin (its own besteffort pick)",
-    KUBE_NVIDIA_DP: "kube-scheduler (GPUs counted) + NVIDIA's stock device plugin",
-    KUBE_FIRST_FREE: "kube-scheduler (GPUs counted) + a device plugin giving the lowest free GPUs",
-}
-POLICY_ALIASES = {
-    "topology": TOPO,
-    "topology-dp": TOPO_NVIDIA_DP,
-    "count-only": KUBE_NVIDIA_DP,
-    "naive": KUBE_FIRST_FREE,
-}
-"""Earlier names, still accepted."""
 GPU_PLUGIN = "GPUTopology"
 
 MIN_STEP = 1e-6

@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 from scheduler.agent.discovery import discover, read_sysfs_file
+from scheduler.core.topology.schema import GPU_RESOURCE
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -34,6 +35,7 @@ def _nvml(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def run_device_plugin(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; 1 with a one-line error when it cannot start."""
+    resource = args.resource_name or GPU_RESOURCE
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from scheduler.agent.deviceplugin.health import HealthMonitor, Inventory
     from scheduler.agent.deviceplugin.kube import PodWatch, Reporter
@@ -90,13 +92,13 @@ def run_device_plugin(args: argparse.Namespace) -> int:
         lambda: list_pod_resources(socket, timeout=5.0),
         reporter,
         metrics,
-        resource_name=args.resource_name,
+        resource_name=resource,
         strategy=DeviceListStrategy(args.device_list_strategy),
     )
     HealthMonitor(nvml, inventory, stop).start()
     server = PluginServer(
         plugin,
-        ServerConfig(device_plugin_dir=args.device_plugin_dir, resource_name=args.resource_name),
+        ServerConfig(device_plugin_dir=args.device_plugin_dir, resource_name=resource),
         stop,
     )
 
@@ -108,7 +110,7 @@ def run_device_plugin(args: argparse.Namespace) -> int:
         signal.signal(sig, _stop)
     logging.getLogger("topo_scheduler.device_plugin").info(
         "device plugin for %s on node %s: %d GPUs, device list strategy %s",
-        args.resource_name,
+        resource,
         args.node_name,
         len(inventory.devices()),
         args.device_list_strategy,
