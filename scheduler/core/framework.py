@@ -105,9 +105,6 @@ class CycleState:
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)
 
-    def delete(self, key: str) -> None:
-        self._data.pop(key, None)
-
 
 class Plugin(Protocol):
     """Every plugin has a name, the one used in profiles and in `explain`."""
