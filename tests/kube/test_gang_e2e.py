@@ -90,7 +90,13 @@ def test_scheduler_plugins_podgroup_is_bound_whole_with_status(emulator: Emulato
             ),
             what="the group waiting",
         )
-        assert emulator.get(X_PODGROUPS, "job", "ml").get("status", {}).get("phase") == "Pending"
+        # the PodGroup's status is patched by its own task, beside the pods' conditions
+        await wait_for(
+            lambda: (
+                emulator.get(X_PODGROUPS, "job", "ml").get("status", {}).get("phase") == "Pending"
+            ),
+            what="phase Pending",
+        )
         emulator.create_pod("w2", namespace="ml", gpus=8, labels=labels)
         await wait_for(lambda: all_bound_once(emulator, keys(3)), what="the group bound")
         await wait_for(
