@@ -47,6 +47,11 @@ def test_schedules_gpu_pods_once_with_events_and_metrics(emulator: Emulator) -> 
             what="PodScheduled=False on the big pod",
         )
         assert rep.server is not None and rep.sched is not None
+        registry = rep.sched.metrics.registry
+        attempts = "scheduler_schedule_attempts_total"
+        labels = {"profile": "topo-scheduler", "result": "scheduled"}
+        # a binding is stored before its reply reaches the client that counts it
+        await wait_for(lambda: registry.get_sample_value(attempts, labels) == 12, what="12 counted")
         port = rep.server.port
         status, body = await asyncio.to_thread(_http, port, "/readyz")
         assert status == 200, body
@@ -265,7 +270,8 @@ def test_two_replicas_race_for_the_lease(emulator: Emulator) -> None:
         for i in range(6, 10):
             emulator.create_pod(f"p{i}", gpus=1)
         await wait_for(lambda: all_bound_once(emulator, _keys(10)), what="standby took over")
-        assert standby.sched.scheduled == 4
+        # the API server records a binding before its reply reaches the client
+        await wait_for(lambda: sched.scheduled == 4, what="standby counted its bindings")
         assert await standby.shutdown() == 0
 
     asyncio.run(scenario())
