@@ -298,7 +298,7 @@ async def wait_for_api(client: KubeClient, timeout: float) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise StartupError(
-                f"API server {client.api.configuration.host} unreachable for {timeout:g}s "
+                f"API server {client.endpoint.host} unreachable for {timeout:g}s "
                 f"(--startup-timeout): {error}"
             )
         log.warning("waiting for the API server", error=error, retry_in=round(delay, 2))

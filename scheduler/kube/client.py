@@ -1,13 +1,13 @@
-"""Raw JSON access to the API server through `kubernetes.aio`.
+"""Raw JSON access to the API server over one aiohttp connection pool per client.
 
-The generated client models are slow to build and some answers do not decode (a Binding is
-answered with a Status), so calls here bypass them: credentials (with token refresh), TLS,
-proxy settings and the aiohttp session come from the official `kubernetes.aio` client, each
-request goes straight onto that session, bodies stay dicts and callers check the status code.
-Each call passes the token bucket (served by
-priority: bindings before status patches), and honours `429 Too Many Requests` with
-`Retry-After`. Like client-go, a request's timeout starts when it is sent: the wait for a
-rate-limit token is not under it, so a queued request never expires before it is tried.
+Bodies stay dicts and callers check the status code: the official client's generated models
+are slow to build, some answers do not decode (a Binding is answered with a Status), and its
+request layers cost a third more CPU per call than the call itself. Where the server is and how
+to authenticate is an `Endpoint` (`credentials.py`: service account, kubeconfig, test URL).
+Each call passes the token bucket (served by priority: bindings before status patches), and
+honours `429 Too Many Requests` with `Retry-After`. Like client-go, a request's timeout starts
+when it is sent: the wait for a rate-limit token is not under it, so a queued request never
+expires before it is tried.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from kubernetes.aio import client as aclient
-from kubernetes.aio import config as aconfig
 
+from scheduler.kube.credentials import Endpoint
 from scheduler.kube.ratelimit import Priority, TokenBucket
 
 Obj = dict[str, Any]
@@ -80,67 +79,64 @@ def _error(status: int, data: bytes) -> ApiError:
 class KubeClient:
     """One API server connection pool with a shared rate limit."""
 
-    def __init__(self, api: aclient.ApiClient, options: ClientOptions | None = None) -> None:
-        self.api = api
+    def __init__(self, endpoint: Endpoint, options: ClientOptions | None = None) -> None:
+        self.endpoint = endpoint
         self.options = options or ClientOptions()
-        # aiohttp's trust_env re-reads proxy settings and ~/.netrc on every request (~2 ms);
-        # keep it only when a proxy is actually configured in the environment
-        api.rest_client.configuration.client_session_kwargs = {
-            "trust_env": any(os.environ.get(v) for v in _PROXY_VARS)
-        }
         self.limiter = TokenBucket(self.options.qps, self.options.burst)
         self._in_flight = asyncio.Semaphore(self.options.max_in_flight)
-        # the pool: the requests plus room for long-lived watches
-        api.rest_client.maxsize = self.options.max_in_flight + _WATCH_CONNECTIONS
-        self.api.user_agent = self.options.user_agent
+        self._pool: aiohttp.ClientSession | None = None
         self.timeouts = 0  # requests that were sent and got no answer in time
         self.on_timeout: Callable[[], None] | None = None
 
     def sibling(self, options: ClientOptions) -> KubeClient:
         """Another client on the same credentials with its own rate limit and connections
         (kube-scheduler's event client)."""
-        return KubeClient(aclient.ApiClient(self.api.configuration), options)
+        return KubeClient(self.endpoint, options)
 
     @classmethod
     async def connect(
         cls, kubeconfig: str | None = None, options: ClientOptions | None = None
     ) -> KubeClient:
         """In-cluster service-account credentials unless a kubeconfig path is given."""
-        cfg = aclient.Configuration()
         if kubeconfig:
-            await aconfig.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=cfg, persist_config=False
-            )
-        else:
-            aconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        return cls(aclient.ApiClient(cfg), options)
+            return cls(await Endpoint.from_kubeconfig(kubeconfig), options)
+        return cls(Endpoint.in_cluster(), options)
 
     @classmethod
     def for_url(cls, url: str, options: ClientOptions | None = None) -> KubeClient:
         """An unauthenticated client for a plain-HTTP server (the test emulator)."""
-        return cls(aclient.ApiClient(aclient.Configuration(host=url)), options)
+        return cls(Endpoint.plain(url), options)
 
     async def close(self) -> None:
-        await self.api.close()  # type: ignore[no-untyped-call]
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     def _session(self) -> aiohttp.ClientSession:
-        """The official client's aiohttp session (its TLS context, pool, proxy settings)."""
-        rest = self.api.rest_client
-        if rest.pool_manager is None:
-            rest.pool_manager = rest._create_pool_manager()
-        session: aiohttp.ClientSession = rest.pool_manager
-        return session
+        """The connection pool, opened on first use (inside the running event loop)."""
+        if self._pool is None:
+            connector = aiohttp.TCPConnector(
+                # the requests plus room for long-lived watches
+                limit=self.options.max_in_flight + _WATCH_CONNECTIONS,
+                ssl=self.endpoint.tls if self.endpoint.tls is not None else True,
+            )
+            self._pool = aiohttp.ClientSession(
+                connector=connector,
+                # aiohttp's trust_env re-reads proxy settings and ~/.netrc on every request
+                # (~2 ms); keep it only when a proxy is actually configured in the environment
+                trust_env=any(os.environ.get(v) for v in _PROXY_VARS),
+                read_bufsize=2**21,  # watch events can exceed aiohttp's default buffer
+            )
+        return self._pool
 
     async def _headers(self, content_type: str | None) -> dict[str, str]:
-        """Accept, User-Agent and credentials, read per request so a refreshed token is used
-        (the configuration's refresh hook runs in `auth_settings`)."""
-        headers = {"Accept": "application/json", **self.api.default_headers}
+        """Accept, User-Agent and credentials, asked per request so a refreshed token is
+        used."""
+        headers = {"Accept": "application/json", "User-Agent": self.options.user_agent}
         headers.update(self.options.extra_headers)
         if content_type:
             headers["Content-Type"] = content_type
-        auth = (await self.api.configuration.auth_settings()).get("BearerToken")
-        if auth and auth.get("in") == "header" and auth.get("value"):
-            headers[auth["key"]] = auth["value"]
+        headers.update(await self.endpoint.auth_headers())
         return headers
 
     async def _send(
@@ -162,21 +158,19 @@ class KubeClient:
         deleted meanwhile.
 
         Returns the response and, when `read`, its body (read under the same deadline).
-        Requests go straight to the official client's aiohttp session: its generic request
-        layers cost a third more CPU per call than the call itself.
         """
-        url = self.api.configuration.host + path
+        url = self.endpoint.host + path
         if query:
             url += "?" + urllib.parse.urlencode(list(query))
         data = json.dumps(body) if body is not None else None
-        rest = self.api.rest_client
+        endpoint = self.endpoint
         extra: dict[str, Any] = {}
-        if rest.proxy:
-            extra["proxy"] = rest.proxy
-            if rest.proxy_headers:
-                extra["proxy_headers"] = rest.proxy_headers
-        if self.api.configuration.tls_server_name:
-            extra["server_hostname"] = self.api.configuration.tls_server_name
+        if endpoint.proxy:
+            extra["proxy"] = endpoint.proxy
+            if endpoint.proxy_headers:
+                extra["proxy_headers"] = dict(endpoint.proxy_headers)
+        if endpoint.server_hostname:
+            extra["server_hostname"] = endpoint.server_hostname
         if isinstance(timeout, aiohttp.ClientTimeout):
             client_timeout, deadline = timeout, None
         else:

@@ -99,6 +99,7 @@ class Reflector:
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.progress = False  # the current watch stream delivered something
+        self.unserved = False  # the server answered 404 for the list: an API it lacks
         self.lists = 0  # completed lists (the first one and each re-list)
         self.watches = 0  # watch streams opened
 
@@ -187,6 +188,9 @@ class Reflector:
                 if need_list:
                     await self.list_once()
                     need_list = False
+                    if self.unserved:
+                        log.info("API now served", informer=self.name)
+                        self.unserved = False
                 started = time.monotonic()
                 need_list = not await self.watch_once()
                 if need_list or self.progress or time.monotonic() - started >= 1.0:
@@ -199,12 +203,20 @@ class Reflector:
                 if exc.status == 410:
                     need_list = True
                     continue
-                if exc.status == 404 and need_list and not self.synced.is_set():
+                if exc.status == 404 and need_list and (self.unserved or not self.synced.is_set()):
                     # an API this server does not serve (an older Kubernetes, a CRD not
                     # installed): nothing to read, and what depends on it is off; looked for
-                    # again from time to time, in case it is installed later
-                    log.info("API not served: treated as empty", informer=self.name)
-                    self.synced.set()
+                    # again, quietly, at the longest backoff, in case it is installed later
+                    if not self.unserved:
+                        log.info(
+                            "API not served: treated as empty, looked for again every "
+                            f"{self.backoff.maximum:g} s",
+                            informer=self.name,
+                        )
+                        self.unserved = True
+                        self.synced.set()
+                    await asyncio.sleep(self.backoff.maximum)
+                    continue
                 # a stream that delivered events before it broke was progress: retry soon
                 failures = 1 if self.progress else failures + 1
                 self.progress = False

@@ -214,6 +214,8 @@ class KubeScheduler(CycleHooks):
         # pod key -> the PodScheduled=False condition we set: (reason, message, transition time)
         self.conditions: dict[str, tuple[str, str, str]] = {}
         self.queued_at: dict[str, float] = {}  # pod key -> when first seen pending
+        # pod key -> its decision, logged with the binding's outcome (one line per pod)
+        self.decisions: dict[str, dict[str, Any]] = {}
         self.active = False  # scheduling allowed (leader, not shutting down)
         self.aborting = False  # leadership lost: do not start new binding requests
         self._wakeup = asyncio.Event()
@@ -378,7 +380,15 @@ class KubeScheduler(CycleHooks):
         if result.allocation is not None and result.allocation.score is not None:
             self.metrics.gpu_set_quality.observe(result.allocation.score)
         if log.is_enabled_for(logging.INFO):  # the top scores cost a sort: only when logged
-            self._log_decision(pod, result, result.gpus, attempts, elapsed)
+            self.decisions[pod.key] = {
+                "pod": pod.key,
+                "node": result.node,
+                "gpus": format_gpu_indices(result.gpus) if result.gpus else None,
+                "gpu_set_score": result.allocation.score if result.allocation else None,
+                "top_scores": _top_scores(result, self.cache.snapshot),
+                "attempts": attempts,
+                "duration_ms": round(elapsed * 1000, 3),
+            }
 
     def bound(self, assumed: Assumed, bind_seconds: float) -> None:
         pod, node, gpus = assumed.pod, assumed.node, assumed.gpus
@@ -397,16 +407,13 @@ class KubeScheduler(CycleHooks):
             note += f" with GPUs {format_gpu_indices(gpus)}"
         ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
         self.recorder.record(ref, "Normal", "Scheduled", "Binding", note)
-        log.info(
-            "pod bound",
-            pod=key,
-            node=node,
-            gpus=format_gpu_indices(gpus) if gpus else None,
-            binding_ms=round(bind_seconds * 1000, 3),
-        )
+        # one line per decision, once its binding succeeded (kube: "Successfully bound pod")
+        decision = self.decisions.pop(key, None) or {"pod": key, "node": node}
+        log.info("pod scheduled", **decision, binding_ms=round(bind_seconds * 1000, 3))
 
     def unbound(self, assumed: Assumed, result: BindResult, requeued: bool) -> None:
         pod = assumed.pod
+        self.decisions.pop(pod.key, None)
         failed = result.outcome in (BindOutcome.ERROR, BindOutcome.CONFLICT)
         if failed and pod.scheduler_name in self.names:
             # kube: a FailedScheduling Event and PodScheduled=False, reason SchedulerError
@@ -415,26 +422,6 @@ class KubeScheduler(CycleHooks):
             self._requeue(pod)
         if pod.key not in self.queue:
             self.queued_at.pop(pod.key, None)
-
-    def _log_decision(
-        self,
-        pod: PodInfo,
-        result: ScheduleResult,
-        gpus: tuple[int, ...],
-        attempts: int,
-        elapsed: float,
-    ) -> None:
-        """One event per decision: pod, node, GPUs, set quality, top scores, duration."""
-        log.info(
-            "pod scheduled",
-            pod=pod.key,
-            node=result.node,
-            gpus=format_gpu_indices(gpus) if gpus else None,
-            gpu_set_score=result.allocation.score if result.allocation else None,
-            top_scores=_top_scores(result, self.cache.snapshot),
-            attempts=attempts,
-            duration_ms=round(elapsed * 1000, 3),
-        )
 
     def unschedulable(self, pod: PodInfo, profile: str, message: str, elapsed: float) -> None:
         self.metrics.algorithm_duration.observe(elapsed)
@@ -643,6 +630,7 @@ class KubeScheduler(CycleHooks):
         self.foreign.discard(key)
         self.conditions.pop(key, None)
         self.queued_at.pop(key, None)
+        self.decisions.pop(key, None)
         self.recorder.forget(str(md.get("namespace")), str(md.get("name")))
         if bound or held:
             self.queue.move_all(ClusterEvent.POD_DELETE)

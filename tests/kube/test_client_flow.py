@@ -111,7 +111,8 @@ def test_event_client_has_its_own_budget() -> None:
         try:
             assert events.limiter is not client.limiter
             assert (events.limiter.qps, events.limiter.burst) == (50, 100)
-            assert events.api is not client.api  # own connection pool
+            assert events.endpoint is client.endpoint  # same credentials...
+            assert events._session() is not client._session()  # ...own connection pool
             assert events.options.user_agent == "topo-scheduler-events"
             for _ in range(100):  # the scheduling client's burst spent...
                 assert client.limiter.try_acquire()

@@ -124,3 +124,53 @@ def test_backoff_after_thousands_of_failures_stays_at_its_maximum() -> None:
     backoff = Backoff(initial=0.8, maximum=30.0, jitter=0.0)
     assert backoff.delay(1, random.Random(1)) == 0.8
     assert backoff.delay(5000, random.Random(1)) == 30.0
+
+
+class LaterInstalledApi:
+    """404 for the first three lists (an API the server does not serve), then served."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    async def get(self, path: str, query: dict[str, str] | None = None) -> Obj:
+        self.lists += 1
+        if self.lists <= 3:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        return {"metadata": {"resourceVersion": "7"}, "items": [_pod("a", 7)]}
+
+    async def watch(self, path: str, query: dict[str, str], timeout: int) -> AsyncIterator[Obj]:
+        await asyncio.sleep(3600)
+        yield {}
+
+
+def test_an_unserved_api_is_empty_at_once_then_looked_for_quietly_at_the_longest_backoff(
+    capsys: Any,
+) -> None:
+    api, rec = LaterInstalledApi(), Recorder()
+
+    async def run() -> list[float]:
+        backoff = Backoff(initial=0.01, maximum=0.1, jitter=0.0)
+        r = Reflector(
+            api, "/apis/policy/v1/poddisruptionbudgets", rec, name="pdbs", backoff=backoff
+        )  # type: ignore[arg-type]
+        task = asyncio.create_task(r.run())
+        await asyncio.wait_for(r.synced.wait(), 1)
+        assert r.unserved and api.lists == 1 and rec.live == {}  # synced as empty at once
+        loop = asyncio.get_running_loop()
+        seen: list[float] = []
+        while api.lists < 4:
+            before = api.lists
+            await asyncio.sleep(0.005)
+            if api.lists != before:
+                seen.append(loop.time())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        assert not r.unserved and "a" in rec.live  # installed later: read
+        return seen
+
+    seen = asyncio.run(run())
+    # looked for again at the longest backoff, not at 10 ms doubling
+    assert all(b - a >= 0.09 for a, b in zip(seen, seen[1:], strict=False))
+    out = capsys.readouterr().out + capsys.readouterr().err
+    assert out.count("API not served") == 1 and "list/watch failed" not in out
+    assert "API now served" in out

@@ -9,6 +9,7 @@ could not be built or started (no scripts, not root, build failed).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -141,6 +142,21 @@ class Plane:
     def kubeconfig(self, user: str = "admin") -> Path:
         """`admin`, `scheduler` or `restricted` (the chart's service account)."""
         return self.state_dir / f"{user}.kubeconfig"
+
+    def token(self, user: str = "admin") -> str:
+        """The bearer token of `admin`, `scheduler` or `restricted` (tokens.csv, in that
+        order)."""
+        rows = (self.state_dir / "tokens.csv").read_text().splitlines()
+        return rows[("admin", "scheduler", "restricted").index(user)].split(",")[0]
+
+    def service_account_dir(self, user: str = "admin") -> Path:
+        """A folder laid out as the kubelet mounts a pod's service account (`token`,
+        `ca.crt`), for running a client in-cluster style."""
+        folder = self.state_dir / f"serviceaccount-{user}"
+        folder.mkdir(exist_ok=True)
+        (folder / "token").write_text(self.token(user))
+        shutil.copyfile(self.state_dir / "pki" / "ca.crt", folder / "ca.crt")
+        return folder
 
     @property
     def url(self) -> str:

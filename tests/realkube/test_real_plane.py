@@ -7,11 +7,16 @@ Lease conflicts, an API server restart and the watch cache's 410 after an etcd c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from typing import Any
 
+import pytest
+
 from scheduler.core.topology.schema import ANNOTATION_GPUS
+from scheduler.kube.client import ApiError, KubeClient
+from scheduler.kube.credentials import Endpoint
 from tests.realkube.api import Api, HTTPFailure, wait_for
 from tests.realkube.conftest import CONFIG_MAP, GPU_NODES, NAMESPACE, pod
 from tests.realkube.plane import Plane
@@ -165,3 +170,36 @@ def test_survives_an_apiserver_restart_and_relists_after_410(
         "a re-list of pods after 410",
     )
     assert sched.stop() == 0
+
+
+def test_in_cluster_credentials_authenticate_as_the_service_account(
+    cluster: Api, plane: Plane
+) -> None:
+    """The way the chart runs the scheduler: KUBERNETES_SERVICE_HOST/PORT, the service
+    account's CA and token (here the restricted token the chart's RBAC is bound to)."""
+    account = plane.service_account_dir("restricted")
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1"}
+    env["KUBERNETES_SERVICE_PORT"] = str(plane.ports["APISERVER_PORT"])
+
+    async def scenario() -> None:
+        client = KubeClient(Endpoint.in_cluster(env, account))
+        try:
+            nodes = await client.get("/api/v1/nodes")  # the chart grants list on nodes
+            assert {n["metadata"]["name"] for n in nodes["items"]} >= set(GPU_NODES)
+            with pytest.raises(ApiError) as err:  # ...and nothing outside its role
+                await client.post("/api/v1/namespaces", {"metadata": {"name": "not-ours"}})
+            assert err.value.status == 403
+            assert "system:serviceaccount:topo-scheduler:topo-scheduler-scheduler" in str(err.value)
+        finally:
+            await client.close()
+        # a CA that did not sign the server's certificate: refused before any request
+        (account / "ca.crt").write_bytes((plane.state_dir / "pki" / "apiserver.crt").read_bytes())
+        stranger = KubeClient(Endpoint.in_cluster(env, account))
+        try:
+            with pytest.raises(ApiError, match="Transport") as err:
+                await stranger.get("/api/v1/nodes")
+            assert err.value.status == 0
+        finally:
+            await stranger.close()
+
+    asyncio.run(scenario())

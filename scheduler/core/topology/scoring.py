@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 PairMatrix = tuple[tuple[int, ...], ...]
 MAX_PAIR_SCORE = 10_000
@@ -162,6 +163,8 @@ def topology_graph(topology: Topology, table: PairScoreTable = DEFAULT_TABLE) ->
     Every pair gets an edge; `nvlinks` and `pcie` ride along as edge attributes so callers can
     take NVLink subgraphs (`nx.subgraph_view`) or NUMA groups.
     """
+    import networkx as nx  # imported on first use: a cluster without GPU topologies never pays it
+
     graph = nx.Graph()
     for gpu in topology.gpus:
         graph.add_node(

@@ -20,7 +20,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
@@ -118,6 +117,8 @@ def compile_topology(
     """Build the search tables of a topology from its graph model."""
     n = topology.size
     links = bandwidth_matrix(topology, bandwidth)
+    import networkx as nx  # imported on first use, like `topology_graph`
+
     graph = topology_graph(topology, table)
     weights = nx.to_numpy_array(graph, nodelist=range(n), weight="weight", dtype=np.int64)
     matrix: PairMatrix = tuple(tuple(int(v) for v in row) for row in weights)
