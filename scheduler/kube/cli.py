@@ -33,6 +33,7 @@ from scheduler.core.config import ConfigError, SchedulerConfiguration, default_c
 from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.configsource import ConfigMapSource, load_and_build
+from scheduler.kube.credentials import CredentialsError
 from scheduler.kube.discovery import LEASES_V1, discover
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
@@ -266,11 +267,14 @@ async def _connect(settings: Settings, options: ClientOptions) -> KubeClient:
         return KubeClient.for_url(settings.url, options)
     try:
         return await KubeClient.connect(settings.kubeconfig, options)
+    except CredentialsError as exc:  # in-cluster: not in a pod, or its service account unusable
+        raise UsageError(f"in-cluster config: {exc}") from None
     except Exception as exc:  # the kubeconfig loader raises anything on a garbage file
-        flag = f"--kubeconfig {settings.kubeconfig}" if settings.kubeconfig else "in-cluster config"
         detail = "nesting too deep" if isinstance(exc, RecursionError) else str(exc)
         detail = detail.splitlines()[0] if detail else type(exc).__name__
-        raise UsageError(f"{flag}: not a usable kubeconfig: {detail}") from None
+        raise UsageError(
+            f"--kubeconfig {settings.kubeconfig}: not a usable kubeconfig: {detail}"
+        ) from None
 
 
 async def wait_for_api(client: KubeClient, timeout: float) -> None:

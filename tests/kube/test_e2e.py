@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from scheduler.kube.client import ClientOptions
 from tests.emulator import CONFIGMAPS, EVENTS, LEASES, NODES, PODS, Emulator
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
 from tests.emulator.store import Change
@@ -245,8 +246,13 @@ def test_two_replicas_race_for_the_lease(emulator: Emulator) -> None:
         emulator.create_node(f"n{i}", gpus=8)
 
     async def scenario() -> None:
-        a = Replica(fast_settings(emulator, leader_elect=True, identity="a")).start()
-        b = Replica(fast_settings(emulator, leader_elect=True, identity="b")).start()
+        # a binding slowed past the client's deadline by a loaded machine would be counted
+        # as failed although stored: give requests room, the test counts bindings
+        roomy = ClientOptions(qps=5000, burst=5000, timeout=30.0, max_retry_after=0.2)
+        a = Replica(fast_settings(emulator, leader_elect=True, identity="a", client=roomy))
+        b = Replica(fast_settings(emulator, leader_elect=True, identity="b", client=roomy))
+        a.start()
+        b.start()
         await wait_for(
             lambda: (
                 a.sched is not None and b.sched is not None and a.sched.synced and b.sched.synced

@@ -139,7 +139,10 @@ def test_unusable_flags_and_files_exit_2_with_one_line(tmp_path: Path, emulator:
             ["--kubeconfig", str(good), "--bind-address", free, "--tls-cert-file", str(good)],
             "must be given together",
         ),
-        "no-credentials": (["--bind-address", free, "--insecure-plain-http"], "--kubeconfig"),
+        "no-credentials": (
+            ["--bind-address", free, "--insecure-plain-http"],
+            "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set",
+        ),
     }
     for name in files:
         cases[f"kubeconfig-{name}"] = (
