@@ -5,6 +5,8 @@ scheduler, from a clean plane (etcd + kube-apiserver 1.20 from `../shared/realku
 fresh): 100 fake Nodes (status written through the status subresource) and 1,000 pause pods
 are created while no scheduler runs, then the scheduler is launched and timed until every pod
 is bound (seen on a watch from this process) and until every pod's `Scheduled` Event exists.
+kube-scheduler runs as `start.sh --scheduler-only` starts it (its kubeconfig); topo-scheduler as
+the chart runs it, with in-cluster credentials (see `launch_topo`).
 
 Printed per run: wall time from launch to the last binding, pods/s over the binding span
 (first to last binding), time until all Scheduled Events were written, client-side request
@@ -372,9 +374,13 @@ async def main() -> int:
         for qps, burst in limits:
             kube = statistics.median(r.wall for r in results[("kube", qps)])
             topo = statistics.median(r.wall for r in results[("topo", qps)])
+            kube_rate = statistics.median(r.rate for r in results[("kube", qps)])
+            topo_rate = statistics.median(r.rate for r in results[("topo", qps)])
             print(
                 f"QPS {qps:g}/{burst}: wall (median) kube-scheduler {kube:.1f} s, "
-                f"topo-scheduler {topo:.1f} s, topo/kube {topo / kube:.2f}"
+                f"topo-scheduler {topo:.1f} s, topo/kube {topo / kube:.2f}; binding rate "
+                f"(median) {kube_rate:.1f} and {topo_rate:.1f} pods/s, "
+                f"topo/kube {topo_rate / kube_rate:.2f}"
             )
     return 0
 

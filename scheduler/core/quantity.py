@@ -9,6 +9,7 @@ resource (milli-CPU for ``cpu``, whole units for everything else).
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 from fractions import Fraction
 
@@ -133,12 +134,28 @@ def _round_up(value: Fraction) -> int:
     return _ceil(value) if value >= 0 else -_ceil(-value)
 
 
+_CACHED_LENGTH = 32
+"""Short quantity strings are parsed once (a cluster repeats `100m`, `64Mi`, `8` endlessly);
+longer ones, rare and possibly hostile, are not kept."""
+
+
 def parse_quantity(value: str | int | float) -> Fraction:
     """Parse a quantity (``"100m"``, ``"1.5Gi"``, ``"1e3"``, ``2``) into an exact fraction.
 
     As kube does, a non-zero amount is rounded up (away from zero) to a whole nano unit and
     its magnitude capped at 2^63-1 units.
     """
+    if type(value) is str and len(value) <= _CACHED_LENGTH:
+        return _parse_short(value)
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_short(value: str) -> Fraction:
+    return _parse(value)  # a Fraction is immutable: safe to share; errors are not cached
+
+
+def _parse(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"quantities must be strings or numbers, not {value!r}")
     if isinstance(value, int):

@@ -4,10 +4,10 @@ Bodies stay dicts and callers check the status code: the official client's gener
 are slow to build, some answers do not decode (a Binding is answered with a Status), and its
 request layers cost a third more CPU per call than the call itself. Where the server is and how
 to authenticate is an `Endpoint` (`credentials.py`: service account, kubeconfig, test URL).
-Each call passes the token bucket (served by priority: bindings before status patches), and
-honours `429 Too Many Requests` with `Retry-After`. Like client-go, a request's timeout starts
-when it is sent: the wait for a rate-limit token is not under it, so a queued request never
-expires before it is tried.
+Each call but a watch passes the token bucket (served by priority: bindings before status
+patches; watches are not rate-limited, as in client-go), and honours `429 Too Many Requests`
+with `Retry-After`. Like client-go, a request's timeout starts when it is sent: the wait for a
+rate-limit token is not under it, so a queued request never expires before it is tried.
 """
 
 from __future__ import annotations
@@ -148,16 +148,20 @@ class KubeClient:
         content_type: str | None,
         timeout: float | aiohttp.ClientTimeout,
         priority: int,
-        read: bool,
+        stream: bool,
         still_wanted: Callable[[], bool] | None = None,
     ) -> tuple[aiohttp.ClientResponse, bytes]:
         """Wait for a token (no deadline), then send under `timeout`; retry 429s.
+
+        A `stream` (a watch) takes no token and no place among the requests in flight, and
+        its body is left to the caller: client-go does not rate-limit watches either (one
+        long-lived request, nothing per event).
 
         `still_wanted`, asked right before the request goes out (after the waits for a token
         and a connection slot): False abandons it (`Abandoned`), e.g. a binding to a node
         deleted meanwhile.
 
-        Returns the response and, when `read`, its body (read under the same deadline).
+        Returns the response and, unless `stream`, its body (read under the same deadline).
         """
         url = self.endpoint.host + path
         if query:
@@ -176,9 +180,10 @@ class KubeClient:
         else:
             client_timeout, deadline = aiohttp.ClientTimeout(total=timeout), float(timeout)
         for attempt in range(self.options.retries_on_429 + 1):
-            await self.limiter.acquire(priority)
+            if not stream:
+                await self.limiter.acquire(priority)
             try:
-                async with self._slot(read), asyncio.timeout(deadline):
+                async with self._slot(not stream), asyncio.timeout(deadline):
                     if still_wanted is not None and not still_wanted():
                         raise Abandoned(f"{method} {path}: no longer wanted")
                     resp = await self._session().request(
@@ -189,7 +194,7 @@ class KubeClient:
                         timeout=client_timeout,
                         **extra,
                     )
-                    payload = await resp.read() if read else b""
+                    payload = b"" if stream else await resp.read()
             except TimeoutError as exc:
                 self.timeouts += 1
                 if self.on_timeout is not None:
@@ -237,7 +242,7 @@ class KubeClient:
         if body is not None and content_type is None:
             content_type = "application/json"
         resp, data = await self._send(
-            method, path, query, body, content_type, t, priority, True, still_wanted
+            method, path, query, body, content_type, t, priority, False, still_wanted
         )
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data)
@@ -255,7 +260,7 @@ class KubeClient:
     async def get_bytes(self, path: str) -> bytes:
         """A non-JSON answer (e.g. the API server's /metrics) as bytes; `ApiError` unless 2xx."""
         resp, data = await self._send(
-            "GET", path, None, None, None, self.options.timeout, Priority.DEFAULT, read=True
+            "GET", path, None, None, None, self.options.timeout, Priority.DEFAULT, stream=False
         )
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data)
@@ -300,7 +305,7 @@ class KubeClient:
         q = {**query, "watch": "true", "timeoutSeconds": str(timeout_seconds)}
         total = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=timeout_seconds + 15)
         resp, _ = await self._send(
-            "GET", path, list(q.items()), None, None, total, Priority.DEFAULT, read=False
+            "GET", path, list(q.items()), None, None, total, Priority.DEFAULT, stream=True
         )
         if resp.status != 200:
             raise _error(resp.status, await resp.read())

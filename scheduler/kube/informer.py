@@ -85,9 +85,11 @@ class Reflector:
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
         on_relist: Callable[[str], None] | None = None,
+        when_unserved: str = "",
     ) -> None:
         self.client = client
         self.path = path
+        self.when_unserved = when_unserved  # what is off while the server lacks this API
         self.handler = handler
         self.name = name
         self.field_selector = field_selector
@@ -212,6 +214,8 @@ class Reflector:
                             "API not served: treated as empty, looked for again every "
                             f"{self.backoff.maximum:g} s",
                             informer=self.name,
+                            path=self.path,
+                            off=self.when_unserved or None,
                         )
                         self.unserved = True
                         self.synced.set()

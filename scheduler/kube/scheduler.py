@@ -179,6 +179,7 @@ class KubeScheduler(CycleHooks):
             name="poddisruptionbudgets",
             watch_timeout=self.options.watch_timeout,
             backoff=self.options.reflector_backoff,
+            when_unserved="preemption sees no PodDisruptionBudgets (policy/v1: Kubernetes 1.21+)",
         )
         # Namespace labels feed the namespaceSelector of pod (anti-)affinity terms.
         self.namespaces = Reflector(

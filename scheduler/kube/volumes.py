@@ -52,6 +52,14 @@ KINDS: tuple[tuple[str, str, Any], ...] = (
     ("resourceclaims", RESOURCE_CLAIMS_PATH, ResourceClaim),
 )
 
+# what is off on a server without the API (an older Kubernetes)
+WHEN_UNSERVED = {
+    "csistoragecapacities": (
+        "VolumeBinding does not check CSI storage capacity (storage.k8s.io/v1: Kubernetes 1.24+)"
+    ),
+    "csidrivers": "VolumeBinding checks no CSI storage capacity (storage.k8s.io/v1: 1.18+)",
+}
+
 
 class _Handler:
     """Watch events of one storage kind into the storage state; never raises."""
@@ -91,6 +99,7 @@ class StorageWatches:
                 watch_timeout=owner.options.watch_timeout,
                 backoff=owner.options.reflector_backoff,
                 on_relist=owner._relisted,
+                when_unserved=WHEN_UNSERVED.get(name, ""),
             )
             for name, path, kind in KINDS
         ]

@@ -74,6 +74,28 @@ def test_cancelled_waiter_does_not_take_a_token() -> None:
     assert waited < 0.15 and waiting == 0
 
 
+def test_watches_take_no_rate_limit_token(emulator: Emulator) -> None:
+    """client-go does not rate-limit watches: with the bucket empty a watch opens at once,
+    and opening it leaves the bucket as it was."""
+    emulator.create_node("n0")
+
+    async def run() -> None:
+        client = KubeClient.for_url(emulator.url, ClientOptions(qps=0.01, burst=1))
+        try:
+            assert client.limiter.try_acquire() and not client.limiter.try_acquire()
+            async with asyncio.timeout(5):  # a token would take 100 s
+                async for event in client.watch("/api/v1/nodes", {"resourceVersion": "0"}, 1):
+                    assert event["type"] == "ADDED"
+                    break
+            with pytest.raises(TimeoutError):  # a list still waits for its token
+                async with asyncio.timeout(0.3):
+                    await client.get("/api/v1/nodes")
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
 def test_queued_request_does_not_time_out_before_it_is_sent(emulator: Emulator) -> None:
     """client-go: the timeout covers the request, not its wait for a rate-limit token."""
     emulator.create_node("n0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -151,8 +152,13 @@ def test_an_unserved_api_is_empty_at_once_then_looked_for_quietly_at_the_longest
     async def run() -> list[float]:
         backoff = Backoff(initial=0.01, maximum=0.1, jitter=0.0)
         r = Reflector(
-            api, "/apis/policy/v1/poddisruptionbudgets", rec, name="pdbs", backoff=backoff
-        )  # type: ignore[arg-type]
+            api,  # type: ignore[arg-type]
+            "/apis/policy/v1/poddisruptionbudgets",
+            rec,
+            name="pdbs",
+            backoff=backoff,
+            when_unserved="preemption sees no PodDisruptionBudgets",
+        )
         task = asyncio.create_task(r.run())
         await asyncio.wait_for(r.synced.wait(), 1)
         assert r.unserved and api.lists == 1 and rec.live == {}  # synced as empty at once
@@ -170,7 +176,9 @@ def test_an_unserved_api_is_empty_at_once_then_looked_for_quietly_at_the_longest
 
     seen = asyncio.run(run())
     # looked for again at the longest backoff, not at 10 ms doubling
-    assert all(b - a >= 0.09 for a, b in zip(seen, seen[1:], strict=False))
-    out = capsys.readouterr().out + capsys.readouterr().err
+    assert all(b - a >= 0.09 for a, b in itertools.pairwise(seen))
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
     assert out.count("API not served") == 1 and "list/watch failed" not in out
+    assert "preemption sees no PodDisruptionBudgets" in out
     assert "API now served" in out
