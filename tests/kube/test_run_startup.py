@@ -141,7 +141,7 @@ def test_unusable_flags_and_files_exit_2_with_one_line(tmp_path: Path, emulator:
         ),
         "no-credentials": (
             ["--bind-address", free, "--insecure-plain-http"],
-            "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set",
+            "--kubeconfig: required outside a pod",
         ),
     }
     for name in files:
