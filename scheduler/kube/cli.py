@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -34,7 +35,7 @@ from scheduler.core.framework import Framework
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.configsource import ConfigMapSource, load_and_build
 from scheduler.kube.credentials import CredentialsError
-from scheduler.kube.discovery import LEASES_V1, discover
+from scheduler.kube.discovery import LEASES_V1, ServerAPIs, discover
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
@@ -277,8 +278,9 @@ async def _connect(settings: Settings, options: ClientOptions) -> KubeClient:
         ) from None
 
 
-async def wait_for_api(client: KubeClient, timeout: float) -> None:
-    """Wait until the API server answers (GET /version); StartupError after `timeout`.
+async def wait_for_api(client: KubeClient, timeout: float) -> dict[str, Any]:
+    """Wait until the API server answers (GET /version) and return that answer ({} when it
+    refuses /version but answers); StartupError after `timeout`.
 
     Transport errors, timeouts, 5xx and 429 are retried with a backoff of 0.5 s doubling up
     to 5 s; a 401 means the credentials are refused and fails at once.
@@ -289,15 +291,14 @@ async def wait_for_api(client: KubeClient, timeout: float) -> None:
         left = deadline - time.monotonic()
         try:
             async with asyncio.timeout(max(left, 0.001)):
-                await client.request("GET", "/version", timeout=max(min(left, 10.0), 0.001))
-            return
+                return await client.request("GET", "/version", timeout=max(min(left, 10.0), 0.001))
         except TimeoutError:
             error = "timed out"
         except ApiError as exc:
             if exc.status == 401:
                 raise StartupError(f"API server refused the credentials: {exc}") from None
             if exc.status and exc.status < 500 and exc.status != 429:
-                return  # it answers (e.g. 403 or 404 on /version): reachable
+                return {}  # it answers (e.g. 403 or 404 on /version): reachable
             error = str(exc)
         left = deadline - time.monotonic()
         if left <= 0:
@@ -322,8 +323,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         return 2
     events = event_client_for(settings, client)
     try:
-        await wait_for_api(client, settings.startup_timeout)
-        return await _serve(settings, stop, client, events)
+        version = await wait_for_api(client, settings.startup_timeout)
+        return await _serve(settings, stop, client, events, version)
     except (StartupError, UsageError) as exc:
         log.error("cannot start", error=str(exc))
         print(f"error: {exc}", file=sys.stderr)
@@ -361,7 +362,11 @@ async def _status_server(
 
 
 async def _serve(
-    settings: Settings, stop: asyncio.Event, client: KubeClient, events: KubeClient
+    settings: Settings,
+    stop: asyncio.Event,
+    client: KubeClient,
+    events: KubeClient,
+    version: dict[str, Any],
 ) -> int:
     metrics = Metrics()
     count_timeouts(metrics, scheduling=client, events=events)
@@ -371,7 +376,8 @@ async def _serve(
     def apply(config: SchedulerConfiguration, frameworks: dict[str, Framework]) -> None:
         holder[0].apply_config(config, frameworks)
 
-    if not await _check_server_apis(settings, client, recorder):
+    apis = await _check_server_apis(settings, client, recorder, version)
+    if apis is None:
         return 1
     try:
         config, frameworks, source = await _load_config(settings, client, metrics, recorder, apply)
@@ -380,7 +386,13 @@ async def _serve(
         print(f"error: {exc}", file=sys.stderr)
         return 1
     sched = KubeScheduler(
-        client, config, frameworks, metrics=metrics, recorder=recorder, options=settings.options
+        client,
+        config,
+        frameworks,
+        metrics=metrics,
+        recorder=recorder,
+        options=settings.options,
+        apis=apis,
     )
     holder.append(sched)
 
@@ -433,10 +445,10 @@ async def _serve(
 
 
 async def _check_server_apis(
-    settings: Settings, client: KubeClient, recorder: EventRecorder
-) -> bool:
-    """Discover the server's APIs; turn off what it lacks, False if the run cannot work."""
-    apis = await discover(client)
+    settings: Settings, client: KubeClient, recorder: EventRecorder, version: dict[str, Any]
+) -> ServerAPIs | None:
+    """Discover the server's APIs; turn off what it lacks, None if the run cannot work."""
+    apis = await discover(client, version)
     recorder.core_v1 = not apis.events_v1
     if settings.leader_elect and not apis.leases_v1:
         message = (
@@ -445,8 +457,8 @@ async def _check_server_apis(
         )
         log.error("cannot start: " + message)
         print(f"error: {message}", file=sys.stderr)
-        return False
-    return True
+        return None
+    return apis
 
 
 async def _first(*aws: asyncio.Task[None]) -> asyncio.Task[None]:

@@ -5,13 +5,17 @@ supported Kubernetes. Two groups it uses came later: `events.k8s.io/v1` (1.19) a
 `coordination.k8s.io/v1` Leases (1.14). Without the first, Events are written as core/v1
 Events (kube's event broadcaster adapter does the same); without the second, leader election
 cannot run and startup fails with a message saying so. A server whose discovery cannot be read
-(forbidden, or a test server without it) is taken to serve both.
+(forbidden, or a test server without it) is taken to serve both. The informers of APIs the
+server does not list (PodDisruptionBudgets `policy/v1` before 1.21, ResourceClaims, PodGroup
+CRDs) start empty without asking, and say what is off.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -26,47 +30,67 @@ LEASES_V1 = "coordination.k8s.io/v1"
 @dataclass(frozen=True)
 class ServerAPIs:
     version: str = ""  # gitVersion from /version, "" when unknown
-    events_v1: bool = True
-    leases_v1: bool = True
+    # the group/versions /apis lists; None when discovery could not be read (all assumed)
+    group_versions: frozenset[str] | None = None
+
+    def serves(self, group_version: str) -> bool:
+        """Whether the server serves `group/version` (True when unknown: then the informers
+        find out from their own first list)."""
+        return self.group_versions is None or group_version in self.group_versions
+
+    @property
+    def events_v1(self) -> bool:
+        return self.serves(EVENTS_V1)
+
+    @property
+    def leases_v1(self) -> bool:
+        return self.serves(LEASES_V1)
 
     def missing(self) -> list[str]:
-        return [
-            gv for gv, ok in ((EVENTS_V1, self.events_v1), (LEASES_V1, self.leases_v1)) if not ok
-        ]
+        return [gv for gv in (EVENTS_V1, LEASES_V1) if not self.serves(gv)]
 
 
-async def discover(client: KubeClient) -> ServerAPIs:
-    """Read /version and /apis; never raises for an unreadable discovery."""
-    version_answer, groups_answer = await asyncio.gather(
-        client.get("/version"), client.get("/apis"), return_exceptions=True
-    )
-    version = ""
-    if isinstance(version_answer, dict):
-        version = str(version_answer.get("gitVersion") or "")
+async def discover(client: KubeClient, version: Mapping[str, Any] | None = None) -> ServerAPIs:
+    """Read /version (unless its answer is given) and /apis; never raises for an unreadable
+    discovery."""
+    if version is None:
+        version_answer, groups_answer = await asyncio.gather(
+            client.get("/version"), client.get("/apis"), return_exceptions=True
+        )
+        version = version_answer if isinstance(version_answer, dict) else {}
+    else:
+        groups_answer = await _answer(client.get("/apis"))
+    git_version = str(version.get("gitVersion") or "")
     if isinstance(groups_answer, BaseException):
         if not isinstance(groups_answer, ApiError):
             raise groups_answer
         log.info(
             "API discovery unavailable, assuming every API is served", error=str(groups_answer)
         )
-        return ServerAPIs(version)
-    groups = groups_answer
-    served = {
+        return ServerAPIs(git_version)
+    served = frozenset(
         str(v.get("groupVersion"))
-        for g in groups.get("groups") or []
+        for g in groups_answer.get("groups") or []
         if isinstance(g, dict)
         for v in g.get("versions") or []
         if isinstance(v, dict)
-    }
-    apis = ServerAPIs(version, EVENTS_V1 in served, LEASES_V1 in served)
+    )
+    apis = ServerAPIs(git_version, served)
     if not apis.events_v1:
         log.warning(
-            f"API server {version or '(unknown version)'} does not serve {EVENTS_V1} "
+            f"API server {git_version or '(unknown version)'} does not serve {EVENTS_V1} "
             "(Kubernetes < 1.19): Events are written as core/v1 Events"
         )
     if not apis.leases_v1:
         log.warning(
-            f"API server {version or '(unknown version)'} does not serve {LEASES_V1} "
+            f"API server {git_version or '(unknown version)'} does not serve {LEASES_V1} "
             "(Kubernetes < 1.14): leader election is unavailable"
         )
     return apis
+
+
+async def _answer(call: Awaitable[dict[str, Any]]) -> dict[str, Any] | BaseException:
+    try:
+        return await call
+    except ApiError as exc:
+        return exc

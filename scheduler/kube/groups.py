@@ -137,6 +137,8 @@ class KubeGroups:
                     await task
 
     async def _served(self, kind: GroupKind) -> bool:
+        if not self.owner.apis.serves(f"{kind.group}/{kind.version}"):
+            return False  # discovery's group list has it not: no need to ask
         delay = 0.2
         while True:
             try:

@@ -181,10 +181,29 @@ class Reflector:
                     self.resource_version = rv
         return True
 
+    def start_unserved(self) -> None:
+        """Discovery says the server lacks this API: synced as empty without asking, looked
+        for again at the longest backoff."""
+        self._not_served()
+
+    def _not_served(self) -> None:
+        if not self.unserved:
+            log.info(
+                f"API not served: treated as empty, looked for again every "
+                f"{self.backoff.maximum:g} s",
+                informer=self.name,
+                path=self.path,
+                off=self.when_unserved or None,
+            )
+            self.unserved = True
+            self.synced.set()
+
     async def run(self) -> None:
         """List, then watch forever; cancel the task to stop."""
         failures = 0
         need_list = True
+        if self.unserved:
+            await asyncio.sleep(self.backoff.maximum)
         while True:
             try:
                 if need_list:
@@ -209,16 +228,7 @@ class Reflector:
                     # an API this server does not serve (an older Kubernetes, a CRD not
                     # installed): nothing to read, and what depends on it is off; looked for
                     # again, quietly, at the longest backoff, in case it is installed later
-                    if not self.unserved:
-                        log.info(
-                            "API not served: treated as empty, looked for again every "
-                            f"{self.backoff.maximum:g} s",
-                            informer=self.name,
-                            path=self.path,
-                            off=self.when_unserved or None,
-                        )
-                        self.unserved = True
-                        self.synced.set()
+                    self._not_served()
                     await asyncio.sleep(self.backoff.maximum)
                     continue
                 # a stream that delivered events before it broke was progress: retry soon

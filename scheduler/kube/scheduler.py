@@ -58,6 +58,7 @@ from scheduler.core.topology.schema import (
     format_gpu_indices,
 )
 from scheduler.kube.client import STRATEGIC_PATCH, Abandoned, ApiError, KubeClient
+from scheduler.kube.discovery import ServerAPIs
 from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
 from scheduler.kube.groups import KubeGroups
 from scheduler.kube.informer import Backoff, Reflector
@@ -127,9 +128,11 @@ class KubeScheduler(CycleHooks):
         metrics: Metrics | None = None,
         recorder: EventRecorder | None = None,
         options: Options | None = None,
+        apis: ServerAPIs | None = None,
     ) -> None:
         self.client = client
         self.options = options or Options()
+        self.apis = apis or ServerAPIs()  # unknown: every API taken to be served
         self.metrics = metrics or Metrics()
         self.recorder = recorder or EventRecorder(client)
         self.config = config
@@ -181,6 +184,8 @@ class KubeScheduler(CycleHooks):
             backoff=self.options.reflector_backoff,
             when_unserved="preemption sees no PodDisruptionBudgets (policy/v1: Kubernetes 1.21+)",
         )
+        if not self.apis.serves("policy/v1"):
+            self.budgets.start_unserved()
         # Namespace labels feed the namespaceSelector of pod (anti-)affinity terms.
         self.namespaces = Reflector(
             client,

@@ -5,7 +5,8 @@ CSINodes, CSIDrivers, CSIStorageCapacities and ResourceClaims (what kube-schedul
 and DRA plugins read), parses each object once into the core's typed values, and moves
 unschedulable pods back to the queue on every change. ResourceClaims are read from
 `resource.k8s.io/v1beta1`; a cluster that does not serve it (DRA off, kube 1.33's default)
-has none, and that watch is not started.
+has none: that informer is synced empty and looks again every 30 s (as every API the server
+lacks, see `informer.py`).
 
 It is also the `VolumeWriter` of the core: VolumeBinding's PreBind updates a claim (its
 `volume.kubernetes.io/selected-node` annotation) or a PV (its claimRef) with one PUT each, and
@@ -31,7 +32,6 @@ from scheduler.core.storage import (
     ResourceClaim,
     StorageClass,
 )
-from scheduler.kube.client import ApiError
 from scheduler.kube.informer import Reflector, object_key
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ WHEN_UNSERVED = {
         "VolumeBinding does not check CSI storage capacity (storage.k8s.io/v1: Kubernetes 1.24+)"
     ),
     "csidrivers": "VolumeBinding checks no CSI storage capacity (storage.k8s.io/v1: 1.18+)",
+    "resourceclaims": "pods with ResourceClaims are not schedulable (resource.k8s.io/v1beta1)",
 }
 
 
@@ -103,31 +104,22 @@ class StorageWatches:
             )
             for name, path, kind in KINDS
         ]
-        self.served = {r.name: True for r in self.reflectors}
-        self._checked = asyncio.Event()  # which APIs are served is known
+        for reflector in self.reflectors:
+            group_version = reflector.path.removeprefix("/apis/").rpartition("/")[0]
+            if reflector.path.startswith("/apis/") and not owner.apis.serves(group_version):
+                reflector.start_unserved()
 
     @property
     def synced(self) -> bool:
-        return self._checked.is_set() and all(
-            r.synced.is_set() or not self.served[r.name] for r in self.reflectors
-        )
+        return all(r.synced.is_set() for r in self.reflectors)
 
     async def wait_synced(self) -> None:
-        await self._checked.wait()
         for r in self.reflectors:
-            if self.served[r.name]:
-                await r.synced.wait()
+            await r.synced.wait()
 
     async def run(self) -> None:
-        """Run every informer until cancelled (ResourceClaims only where served)."""
-        tasks = []
-        for r in self.reflectors:
-            if r.path == RESOURCE_CLAIMS_PATH and not await self._serves(r.path):
-                self.served[r.name] = False
-                log.info("resource.k8s.io/v1beta1 not served: no ResourceClaims to read")
-                continue
-            tasks.append(asyncio.create_task(r.run(), name=f"{r.name}-informer"))
-        self._checked.set()
+        """Run every informer until cancelled."""
+        tasks = [asyncio.create_task(r.run(), name=f"{r.name}-informer") for r in self.reflectors]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -136,17 +128,6 @@ class StorageWatches:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-
-    async def _serves(self, path: str) -> bool:
-        while True:
-            try:
-                await self.client.get(path, {"limit": "1"})
-                return True
-            except ApiError as exc:
-                if exc.status == 404:
-                    return False
-                log.warning("storage API check failed", path=path, error=str(exc))
-                await asyncio.sleep(1.0)
 
     def notify(self) -> None:
         """A storage object changed: wake PreBind waiters, retry unschedulable pods."""

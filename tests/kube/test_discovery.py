@@ -7,10 +7,13 @@ from typing import Any
 
 from aiohttp import web
 
+from plugins import frameworks_for
+from scheduler.core.config import default_config
 from scheduler.kube.cli import Settings, serve
 from scheduler.kube.client import KubeClient
 from scheduler.kube.discovery import ServerAPIs, discover
 from scheduler.kube.events import EventRecorder, ObjectRef
+from scheduler.kube.scheduler import KubeScheduler
 from tests.emulator import Emulator
 
 
@@ -70,8 +73,10 @@ def test_server_without_events_v1_gets_core_v1_events() -> None:
             await runner.cleanup()
 
     apis = asyncio.run(run())
-    assert apis == ServerAPIs("v1.18.20", events_v1=False, leases_v1=True)
+    assert apis == ServerAPIs("v1.18.20", frozenset({"coordination.k8s.io/v1"}))
+    assert (apis.events_v1, apis.leases_v1) == (False, True)
     assert apis.missing() == ["events.k8s.io/v1"]
+    assert not apis.serves("policy/v1") and ServerAPIs().serves("policy/v1")
     ((path, event),) = posted
     assert path == "/api/v1/namespaces/ml/events"
     assert event["apiVersion"] == "v1" and event["involvedObject"]["name"] == "p"
@@ -104,3 +109,35 @@ def test_server_without_discovery_is_taken_to_serve_everything(emulator: Emulato
 
     apis = asyncio.run(run())  # (the emulator may or may not answer /version)
     assert (apis.events_v1, apis.leases_v1) == (True, True) and not apis.missing()
+
+
+def test_apis_discovery_does_not_list_start_empty_without_a_request(
+    emulator: Emulator, capsys: Any
+) -> None:
+    """A 1.20 server: no policy/v1, no resource.k8s.io, no PodGroup CRDs. Their informers are
+    synced empty at once, nobody asks the server for them, and the log says what is off."""
+    emulator.create_node("n0")
+    served = {"events.k8s.io/v1", "coordination.k8s.io/v1", "storage.k8s.io/v1", "apps/v1"}
+
+    async def run() -> None:
+        config = default_config()
+        client = KubeClient.for_url(emulator.url)
+        apis = ServerAPIs("v1.20.2", frozenset(served))
+        sched = KubeScheduler(client, config, frameworks_for(config), apis=apis)
+        try:
+            await sched.start()
+            await asyncio.wait_for(sched.wait_synced(), 10)
+            assert sched.budgets.unserved
+            claims = [r for r in sched.storage_watches.reflectors if r.name == "resourceclaims"]
+            assert claims[0].unserved and claims[0].synced.is_set()
+        finally:
+            await sched.close()
+            await client.close()
+
+    asyncio.run(run())
+    assert emulator.request_count("GET", "/apis/policy") == 0
+    assert emulator.request_count("GET", "/apis/resource.k8s.io") == 0
+    assert emulator.request_count("GET", "/apis/scheduling") == 0  # PodGroup discovery
+    assert emulator.request_count("GET", "/apis/storage.k8s.io/v1/csinodes") >= 1
+    out = capsys.readouterr().out
+    assert "preemption sees no PodDisruptionBudgets" in out

@@ -290,7 +290,8 @@ def test_resource_claims_read_only_where_served(emulator: Emulator, served: bool
             what="DRA refusal",
         )
         assert rep.sched is not None
-        assert rep.sched.storage_watches.served["resourceclaims"] is served
+        claims = next(r for r in rep.sched.storage_watches.reflectors if r.name == "resourceclaims")
+        assert claims.synced.is_set() and claims.unserved is not served
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
