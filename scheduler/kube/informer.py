@@ -181,15 +181,12 @@ class Reflector:
                     self.resource_version = rv
         return True
 
-    def start_unserved(self) -> None:
-        """Discovery says the server lacks this API: synced as empty without asking, looked
-        for again at the longest backoff."""
-        self._not_served()
-
-    def _not_served(self) -> None:
+    def mark_unserved(self) -> None:
+        """The server lacks this API (discovery says so, or the list answered 404): synced as
+        empty, looked for again at the longest backoff; logged once with what is off."""
         if not self.unserved:
             log.info(
-                f"API not served: treated as empty, looked for again every "
+                "API not served: treated as empty, looked for again every "
                 f"{self.backoff.maximum:g} s",
                 informer=self.name,
                 path=self.path,
@@ -228,7 +225,7 @@ class Reflector:
                     # an API this server does not serve (an older Kubernetes, a CRD not
                     # installed): nothing to read, and what depends on it is off; looked for
                     # again, quietly, at the longest backoff, in case it is installed later
-                    self._not_served()
+                    self.mark_unserved()
                     await asyncio.sleep(self.backoff.maximum)
                     continue
                 # a stream that delivered events before it broke was progress: retry soon

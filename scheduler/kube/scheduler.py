@@ -185,7 +185,7 @@ class KubeScheduler(CycleHooks):
             when_unserved="preemption sees no PodDisruptionBudgets (policy/v1: Kubernetes 1.21+)",
         )
         if not self.apis.serves("policy/v1"):
-            self.budgets.start_unserved()
+            self.budgets.mark_unserved()
         # Namespace labels feed the namespaceSelector of pod (anti-)affinity terms.
         self.namespaces = Reflector(
             client,

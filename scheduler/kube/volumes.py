@@ -107,7 +107,7 @@ class StorageWatches:
         for reflector in self.reflectors:
             group_version = reflector.path.removeprefix("/apis/").rpartition("/")[0]
             if reflector.path.startswith("/apis/") and not owner.apis.serves(group_version):
-                reflector.start_unserved()
+                reflector.mark_unserved()
 
     @property
     def synced(self) -> bool:
