@@ -1,9 +1,9 @@
 """Storage in the cluster: the watches that feed `snapshot.storage`, and VolumeBinding's writer.
 
 `StorageWatches` lists and watches PersistentVolumeClaims, PersistentVolumes, StorageClasses,
-CSINodes, CSIDrivers, CSIStorageCapacities and ResourceClaims (what kube-scheduler's volume
-and DRA plugins read), parses each object once into the core's typed values, and moves
-unschedulable pods back to the queue on every change. ResourceClaims are read from
+CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments and ResourceClaims (what
+kube-scheduler's volume and DRA plugins read), parses each object once into the core's typed
+values, and moves unschedulable pods back to the queue on every change. ResourceClaims are read from
 `resource.k8s.io/v1beta1`; a cluster that does not serve it (DRA off, kube 1.33's default)
 has none: that informer is synced empty and looks again every 30 s (as every API the server
 lacks, see `informer.py`).
@@ -31,6 +31,7 @@ from scheduler.core.storage import (
     PersistentVolumeClaim,
     ResourceClaim,
     StorageClass,
+    VolumeAttachment,
 )
 from scheduler.kube.informer import Reflector, object_key
 
@@ -50,6 +51,7 @@ KINDS: tuple[tuple[str, str, Any], ...] = (
     ("csidrivers", "/apis/storage.k8s.io/v1/csidrivers", CSIDriver),
     ("csistoragecapacities", "/apis/storage.k8s.io/v1/csistoragecapacities", CSIStorageCapacity),
     ("resourceclaims", RESOURCE_CLAIMS_PATH, ResourceClaim),
+    ("volumeattachments", "/apis/storage.k8s.io/v1/volumeattachments", VolumeAttachment),
 )
 
 # what is off on a server without the API (an older Kubernetes)

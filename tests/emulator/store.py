@@ -63,6 +63,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "replicationcontrollers", "ReplicationController", True),
     Resource("apps", "v1", "replicasets", "ReplicaSet", True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", True),
+    # volumes still attached to a node count towards its CSI limit (NodeVolumeLimits)
+    Resource("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False),
 )
 
 # Served only when a test says so (`Store.served`), as CRDs and feature-gated APIs are:

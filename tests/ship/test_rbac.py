@@ -69,7 +69,13 @@ STORAGE_PERMISSIONS = {
     ),
     *(
         ("storage.k8s.io", r, v, "")
-        for r in ("storageclasses", "csinodes", "csidrivers", "csistoragecapacities")
+        for r in (
+            "storageclasses",
+            "csinodes",
+            "csidrivers",
+            "csistoragecapacities",
+            "volumeattachments",
+        )
         for v in ("get", "list", "watch")
     ),
     *(("resource.k8s.io", "resourceclaims", v, "") for v in ("get", "list", "watch")),

@@ -14,18 +14,20 @@ from typing import Any
 import pytest
 
 from tests.emulator import (
+    CSI_NODES,
     EVENTS,
     PODS,
     PVCS,
     PVS,
     RESOURCE_CLAIMS,
     STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
     Emulator,
     make_pod,
 )
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
 
-from .objects import pv, pvc, resource_claim, storage_class
+from .objects import csi_node, pv, pvc, resource_claim, storage_class, volume_attachment
 
 Obj = dict[str, Any]
 SELECTED = "volume.kubernetes.io/selected-node"
@@ -324,3 +326,35 @@ def test_claim_from_a_template_allocated_elsewhere_lets_the_pod_bind(emulator: E
 
     asyncio.run(scenario())
     assert emulator.pod("default/dra")["spec"]["nodeName"] == "n1"
+
+
+def test_a_volume_still_attached_counts_towards_the_limit_until_its_attachment_goes(
+    emulator: Emulator,
+) -> None:
+    """kube's NodeVolumeLimits counts the node's VolumeAttachments (a volume stays attached
+    after its pod is gone): watched in-cluster, added and deleted."""
+    driver = "ebs.csi.example"
+    emulator.create_node("n0")
+    emulator.create(CSI_NODES, csi_node("n0", {driver: 1}))
+    emulator.create(PVS, pv("pv-old", claim=("default", "old"), phase="Bound", csi=(driver, "h0")))
+    emulator.create(PVS, pv("pv-new", claim=("default", "data"), phase="Bound", csi=(driver, "h1")))
+    emulator.create(PVCS, pvc("data", volume="pv-new", bound=True), "default")
+    emulator.create(VOLUME_ATTACHMENTS, volume_attachment("va-old", "n0", driver, "pv-old"))
+    _pod_with_claim(emulator, "train", "data")
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator)).start()
+        await wait_for(
+            lambda: (
+                "exceed max volume count"
+                in _condition(emulator, "default/train").get("message", "")
+            ),
+            what="the attached volume fills the node's limit",
+        )
+        assert emulator.binding_posts("default/train") == 0
+        emulator.delete(VOLUME_ATTACHMENTS, "va-old")  # detached
+        await wait_for(lambda: all_bound_once(emulator, ["default/train"]), what="pod bound")
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.pod("default/train")["spec"]["nodeName"] == "n0"
