@@ -101,16 +101,16 @@ class InterPodAffinity:
         namespaces: Sequence[NamespaceSet],
     ) -> IntArray:
         """Per-slot count of the pods matching every one of `terms` (namespace and labels)."""
-        groups = snapshot.pod_groups
+        label_sets = snapshot.label_sets
         found: list[int] | None = None
         for term, allowed in zip(terms, namespaces, strict=True):
-            ids = groups.matching(term.selector, allowed, skip_terminating=False)
+            ids = label_sets.matching(term.selector, allowed, skip_terminating=False)
             if found is None:
                 found = ids
             else:
                 keep = set(ids)
                 found = [g for g in found if g in keep]
-        return groups.counts(found or [], snapshot.capacity)
+        return label_sets.counts(found or [], snapshot.capacity)
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot

@@ -255,9 +255,9 @@ class PodTopologySpread:
         selector counts nothing."""
         if selector.empty:
             return np.zeros(snapshot.capacity, np.int64)
-        groups = snapshot.pod_groups
-        ids = groups.matching(selector, frozenset((pod.namespace,)), skip_terminating=True)
-        return groups.counts(ids, snapshot.capacity)
+        label_sets = snapshot.label_sets
+        ids = label_sets.matching(selector, frozenset((pod.namespace,)), skip_terminating=True)
+        return label_sets.counts(ids, snapshot.capacity)
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot

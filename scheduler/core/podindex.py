@@ -2,11 +2,11 @@
 (InterPodAffinity, PodTopologySpread). Kept incrementally by the snapshot as pods come and go,
 so a scheduling cycle reads counts instead of walking every pod.
 
-- `PodGroups`: pods grouped by (namespace, labels, terminating), each group with its count per
-  slot, and an inverted index from label (key, value) and key to groups. A selector is matched
-  once per distinct label set, not once per pod; replicas share their labels, so a cluster of
-  10,000 pods has far fewer groups. `counts(...)` gives the per-slot count of the pods a
-  selector matches as a numpy column.
+- `LabelSetIndex`: pods grouped by label set (namespace, labels, terminating), each set with
+  its count per slot, and an inverted index from label (key, value) and key to sets. A selector
+  is matched once per distinct label set, not once per pod; replicas share their labels, so a
+  cluster of 10,000 pods has far fewer sets. `counts(...)` gives the per-slot count of the
+  pods a selector matches as a numpy column. (Not the pod groups of gang scheduling.)
 - `TermIndex`: the affinity terms that bound pods carry (kube's PodsWithAffinity and
   PodsWithRequiredAntiAffinity), by term, with the slots that carry it. Pods of one job carry
   the same terms, so a cycle visits each distinct term once.
@@ -31,16 +31,16 @@ from scheduler.core.podaffinity import (
     namespace_in,
 )
 
-__all__ = ["GroupKey", "PodGroups", "TermIndex", "TermKind"]
+__all__ = ["LabelSetIndex", "LabelSetKey", "TermIndex", "TermKind"]
 
 IntArray = npt.NDArray[np.int64]
-GroupKey = tuple[str, frozenset[tuple[str, str]], bool]
+LabelSetKey = tuple[str, frozenset[tuple[str, str]], bool]
 _MEMO_LIMIT = 4096
 K = TypeVar("K")
 
 
 @dataclass(slots=True)
-class _Group:
+class _LabelSet:
     namespace: str
     labels: dict[str, str]
     terminating: bool
@@ -59,12 +59,13 @@ class _Group:
         return self._arrays
 
 
-class PodGroups:
-    """Pods on slots grouped by namespace, labels and whether they are terminating."""
+class LabelSetIndex:
+    """Pods on slots grouped by label set: namespace, labels and whether they are
+    terminating."""
 
     def __init__(self) -> None:
-        self._ids: dict[GroupKey, int] = {}
-        self._groups: dict[int, _Group] = {}
+        self._ids: dict[LabelSetKey, int] = {}
+        self._sets: dict[int, _LabelSet] = {}
         self._next = 0
         self._by_label: dict[tuple[str, str], set[int]] = {}
         self._by_key: dict[str, set[int]] = {}
@@ -73,7 +74,7 @@ class PodGroups:
         self._memo_version = -1
 
     def add(self, slot: int, pod: PodInfo, sign: int) -> None:
-        key: GroupKey = (
+        key: LabelSetKey = (
             pod.namespace,
             frozenset(pod.labels.items()),
             pod.deletion_timestamp is not None,
@@ -85,19 +86,19 @@ class PodGroups:
             gid = self._next
             self._next += 1
             self._ids[key] = gid
-            self._groups[gid] = _Group(key[0], dict(pod.labels), key[2])
+            self._sets[gid] = _LabelSet(key[0], dict(pod.labels), key[2])
             for item in key[1]:
                 self._by_label.setdefault(item, set()).add(gid)
                 self._by_key.setdefault(item[0], set()).add(gid)
             self.version += 1
-        group = self._groups[gid]
+        group = self._sets[gid]
         group.slots[slot] += sign
         group.total += sign
         if group.slots[slot] <= 0:
             del group.slots[slot]
         group._arrays = None
         if group.total <= 0:
-            del self._groups[gid]
+            del self._sets[gid]
             del self._ids[key]
             for item in key[1]:
                 self._discard(self._by_label, item, gid)
@@ -133,7 +134,7 @@ class PodGroups:
     def matching(
         self, selector: LabelSelector, allowed: NamespaceSet, *, skip_terminating: bool
     ) -> list[int]:
-        """Ids of the groups whose pods the selector matches in the namespaces allowed;
+        """Ids of the label sets whose pods the selector matches in the namespaces allowed;
         memoized until a group appears or disappears."""
         if self._memo_version != self.version:
             self._memo.clear()
@@ -146,10 +147,10 @@ class PodGroups:
             found = []
         else:
             candidates = self._candidates(selector)
-            ids = self._groups.keys() if candidates is None else candidates
+            ids = self._sets.keys() if candidates is None else candidates
             found = []
             for gid in sorted(ids):
-                g = self._groups[gid]
+                g = self._sets[gid]
                 if skip_terminating and g.terminating:
                     continue
                 if namespace_in(g.namespace, allowed) and selector.matches(g.labels):
@@ -160,15 +161,15 @@ class PodGroups:
         return found
 
     def counts(self, group_ids: list[int], capacity: int) -> IntArray:
-        """Per-slot count of the pods in the given groups."""
+        """Per-slot count of the pods in the given label sets."""
         out = np.zeros(capacity, np.int64)
         for gid in group_ids:
-            slots, counts = self._groups[gid].arrays()
+            slots, counts = self._sets[gid].arrays()
             np.add.at(out, slots, counts)
         return out
 
     def group_labels(self, gid: int) -> tuple[str, Mapping[str, str]]:
-        g = self._groups[gid]
+        g = self._sets[gid]
         return g.namespace, g.labels
 
 

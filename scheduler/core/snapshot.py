@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.model import HostPort, NodeInfo, PodInfo, WorkloadInfo
-from scheduler.core.podindex import PodGroups, TermIndex
+from scheduler.core.podindex import LabelSetIndex, TermIndex
 from scheduler.core.storage import StorageState
 from scheduler.core.topology.state import GpuState
 
@@ -75,7 +75,7 @@ class Snapshot:
         self._image_arrays: dict[str, tuple[IntArray, IntArray]] = {}
         self.tainted: set[int] = set()
         # Pods by namespace and labels, and the affinity terms bound pods carry (podindex).
-        self.pod_groups = PodGroups()
+        self.label_sets = LabelSetIndex()
         self.pod_terms = TermIndex()
         # Namespace name -> labels, for namespaceSelector; bumped generation on change.
         self.namespaces: dict[str, Mapping[str, str]] = {}
@@ -315,7 +315,7 @@ class Snapshot:
         self._account(slot, pod, 1)
         self.pods[slot][pod.key] = pod
         self.storage.count_pod(pod.namespace, pod.volumes, 1)
-        self.pod_groups.add(slot, pod, 1)
+        self.label_sets.add(slot, pod, 1)
         self.pod_terms.add(slot, pod, 1)
 
     def set_workload(self, workload: WorkloadInfo) -> None:
@@ -346,7 +346,7 @@ class Snapshot:
         self._account(slot, pod, -1)
         del self.pods[slot][pod.key]
         self.storage.count_pod(pod.namespace, pod.volumes, -1)
-        self.pod_groups.add(slot, pod, -1)
+        self.label_sets.add(slot, pod, -1)
         self.pod_terms.add(slot, pod, -1)
         self._release_if_empty(slot)
 
