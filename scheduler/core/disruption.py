@@ -13,56 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.decode import Fields
-from scheduler.core.model import PodInfo, object_identity
+from scheduler.core.model import PodInfo, object_identity, parse_label_selector
+from scheduler.core.podaffinity import LabelSelector
 
-__all__ = ["DisruptionBudget", "LabelSelector", "pdb_violations"]
-
-_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """metav1.LabelSelector: matchLabels and matchExpressions, all ANDed."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not self.match_labels and not self.match_expressions
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        for key, value in self.match_labels:
-            if labels.get(key) != value:
-                return False
-        for key, operator, values in self.match_expressions:
-            present = key in labels
-            if operator == "In" and not (present and labels[key] in values):
-                return False
-            if operator == "NotIn" and present and labels[key] in values:
-                return False
-            if operator == "Exists" and not present:
-                return False
-            if operator == "DoesNotExist" and present:
-                return False
-        return True
-
-    @classmethod
-    def parse(cls, value: Any, where: Fields, path: str) -> LabelSelector:
-        raw = where.mapping(value, path)
-        labels = where.string_map(raw.get("matchLabels"), f"{path}.matchLabels")
-        expressions = []
-        raw_expressions = where.list(raw.get("matchExpressions"), f"{path}.matchExpressions")
-        for i, item in enumerate(raw_expressions):
-            at = f"{path}.matchExpressions[{i}]"
-            expr = where.mapping(item, at)
-            operator = where.string(expr.get("operator"), f"{at}.operator")
-            if operator not in _OPERATORS:
-                raise where.fail(f"{at}.operator", f"{operator!r} is not a valid selector operator")
-            values = where.string_list(expr.get("values"), f"{at}.values")
-            expressions.append((where.string(expr.get("key"), f"{at}.key"), operator, values))
-        return cls(tuple(sorted(labels.items())), tuple(expressions))
+__all__ = ["DisruptionBudget", "pdb_violations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +47,7 @@ class DisruptionBudget:
         return cls(
             namespace=namespace,
             name=name,
-            selector=LabelSelector.parse(spec.get("selector"), where, "spec.selector"),
+            selector=parse_label_selector(spec.get("selector"), where, "spec.selector"),
             disruptions_allowed=where.integer(
                 status.get("disruptionsAllowed"), "status.disruptionsAllowed", 0
             ),

@@ -42,6 +42,15 @@ def test_budget_counts_victims_in_order() -> None:
 def test_empty_selector_matches_nothing_and_disrupted_pods_are_not_counted() -> None:
     empty = DisruptionBudget.from_object(budget({}, allowed=0))
     assert pdb_violations([labelled("p", {"app": "x"})], [empty]) == [False]
+    missing = budget({}, allowed=0)
+    del missing["spec"]["selector"]
+    unset = DisruptionBudget.from_object(missing)
+    assert pdb_violations([labelled("p", {"app": "x"})], [unset]) == [False]
+    expr = {"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "y"]}]}
+    by_expression = DisruptionBudget.from_object(budget(expr, allowed=0))
+    assert pdb_violations(
+        [labelled("p", {"app": "y"}), labelled("q", {"app": "z"})], [by_expression]
+    ) == [True, False]
     b = DisruptionBudget.from_object(
         budget({"matchLabels": {"app": "x"}}, allowed=0, disruptedPods={"p": "t"})
     )
@@ -56,8 +65,8 @@ def test_empty_selector_matches_nothing_and_disrupted_pods_are_not_counted() -> 
     [
         (
             budget({"matchExpressions": [{"key": "a", "operator": "Maybe"}]}),
-            "PodDisruptionBudget ml/b: spec.selector.matchExpressions[0].operator: 'Maybe' is "
-            "not a valid selector operator",
+            "PodDisruptionBudget ml/b: spec.selector.matchExpressions[0].operator: Unsupported "
+            'value: "Maybe": supported values: "DoesNotExist", "Exists", "In", "NotIn"',
         ),
         (
             budget({}, allowed="x"),
