@@ -532,14 +532,17 @@ class _Capacity:
         for c in storage.capacities.values():
             if c.storage_class_name != class_name or not c.sufficient(claim.request):
                 continue
-            topology = c.node_topology
+            # the common form, one `key: value`, goes to a lookup table; anything else is
+            # matched capacity by capacity
+            requirements = c.node_topology.requirements if c.node_topology is not None else None
             if (
-                topology is not None
-                and len(topology.match_labels) == 1
-                and not (topology.match_expressions)
+                requirements is not None
+                and len(requirements) == 1
+                and requirements[0].operator == "In"
+                and len(requirements[0].values) == 1
             ):
-                key, value = topology.match_labels[0]
-                out.by_label.setdefault(key, set()).add(value)
+                (value,) = requirements[0].values
+                out.by_label.setdefault(requirements[0].key, set()).add(value)
             else:
                 out.other.append(c)
         return out

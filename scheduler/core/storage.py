@@ -28,7 +28,9 @@ from scheduler.core.model import (
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    parse_label_selector,
 )
+from scheduler.core.podaffinity import LabelSelector
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 
 __all__ = [
@@ -43,7 +45,6 @@ __all__ = [
     "CSINode",
     "CSIStorageCapacity",
     "ClaimRef",
-    "LabelSelector",
     "PersistentVolume",
     "PersistentVolumeClaim",
     "PodResourceClaim",
@@ -153,44 +154,12 @@ class _Where(Fields):
         return tuple(out)
 
     def label_selector(self, value: Any, path: str) -> LabelSelector | None:
-        if value is None:
-            return None
-        raw = self.mapping(value, path)
-        exprs = self.requirements(raw.get("matchExpressions"), f"{path}.matchExpressions")
-        for i, e in enumerate(exprs):
-            if e.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                raise self.fail(
-                    f"{path}.matchExpressions[{i}].operator",
-                    f'"{e.operator}" is not a valid label selector operator',
-                )
-        labels = self.string_map(raw.get("matchLabels"), f"{path}.matchLabels")
-        return LabelSelector(tuple(sorted(labels.items())), exprs)
+        """A selector, or None when unset (a claim without one takes any PV; a capacity
+        without a node topology reaches no node)."""
+        return None if value is None else parse_label_selector(value, self, path)
 
 
 # ---------------------------------------------------------------------------- matching
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed; empty matches all."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(k) != v for k, v in self.match_labels):
-            return False
-        for e in self.match_expressions:
-            value = labels.get(e.key)
-            if e.operator == "In" and (value is None or value not in e.values):
-                return False
-            if e.operator == "NotIn" and value is not None and value in e.values:
-                return False
-            if e.operator == "Exists" and value is None:
-                return False
-            if e.operator == "DoesNotExist" and value is not None:
-                return False
-        return True
 
 
 def node_selector_matches_labels(selector: NodeSelector, labels: Mapping[str, str]) -> bool:

@@ -243,6 +243,31 @@ VOLUME_BINDING = [
         ],
         {"node-a": [], "node-b": [R_SPACE]},
     ),
+    Case(  # the one-label lookup and the general matcher agree on the same topology
+        "storage capacity: topology as an expression, as a label, and as a NotIn",
+        _pod("c1"),
+        [
+            CSI_CLASS,
+            csi_driver("ebs.csi.example"),
+            pvc("c1", class_name="csi", size="10Gi"),
+            capacity("cap-a", "csi", "50Gi", None)
+            | {
+                "nodeTopology": {
+                    "matchExpressions": [{"key": ZONE, "operator": "In", "values": ["zone-a"]}]
+                }
+            },
+            capacity("cap-b", "csi", "5Gi", {ZONE: "zone-b"}),
+            capacity("cap-c", "csi", "50Gi", None)
+            | {
+                "nodeTopology": {
+                    "matchExpressions": [
+                        {"key": ZONE, "operator": "NotIn", "values": ["zone-a", "zone-b"]}
+                    ]
+                }
+            },
+        ],
+        {"node-a": [], "node-b": [R_SPACE]},
+    ),
     Case(
         "storage capacity ignored for a driver without storageCapacity",
         _pod("c1"),
@@ -1047,7 +1072,14 @@ def test_dra_claim_from_a_template_not_created_yet() -> None:
         (
             capacity("c", "s", "1Gi", None)
             | {"nodeTopology": {"matchExpressions": [{"key": "k", "operator": "Gt"}]}},
-            "CSIStorageCapacity kube-system/c: nodeTopology.matchExpressions[0].operator:",
+            "CSIStorageCapacity kube-system/c: nodeTopology.matchExpressions[0].operator: "
+            'Unsupported value: "Gt"',
+        ),
+        (
+            pvc("c")
+            | {"spec": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}}},
+            "PersistentVolumeClaim default/c: spec.selector.matchExpressions[0].values: must be "
+            "specified when `operator` is 'In'",
         ),
         ({"kind": "CSIDriver", "metadata": {}}, "CSIDriver: metadata.name: is required"),
     ],
