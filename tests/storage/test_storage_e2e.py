@@ -146,6 +146,11 @@ def _condition(emu: Emulator, key: str) -> Obj:
     return next((c for c in conds if c.get("type") == "PodScheduled"), {})
 
 
+async def _condition_says(emu: Emulator, key: str, text: str) -> None:
+    """Wait until the pod's PodScheduled condition message contains `text`."""
+    await wait_for(lambda: text in _condition(emu, key).get("message", ""), what=text)
+
+
 def test_wait_for_first_consumer_claim_selected_node_then_bound(emulator: Emulator) -> None:
     _claim_and_pod(emulator)
 
@@ -284,13 +289,7 @@ def test_resource_claims_read_only_where_served(emulator: Emulator, served: bool
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
-        await wait_for(
-            lambda: (
-                "does not allocate ResourceClaims"
-                in _condition(emulator, "default/dra").get("message", "")
-            ),
-            what="DRA refusal",
-        )
+        await _condition_says(emulator, "default/dra", "does not allocate ResourceClaims")
         assert rep.sched is not None
         claims = next(r for r in rep.sched.storage_watches.reflectors if r.name == "resourceclaims")
         assert claims.synced.is_set() and claims.unserved is not served
@@ -344,13 +343,8 @@ def test_a_volume_still_attached_counts_towards_the_limit_until_its_attachment_g
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
-        await wait_for(
-            lambda: (
-                "exceed max volume count"
-                in _condition(emulator, "default/train").get("message", "")
-            ),
-            what="the attached volume fills the node's limit",
-        )
+        # the attached volume fills the node's limit
+        await _condition_says(emulator, "default/train", "exceed max volume count")
         assert emulator.binding_posts("default/train") == 0
         emulator.delete(VOLUME_ATTACHMENTS, "va-old")  # detached
         await wait_for(lambda: all_bound_once(emulator, ["default/train"]), what="pod bound")
