@@ -228,16 +228,7 @@ class Scheduler:
             if result.node is None:
                 message = result.message or NO_NODES_MESSAGE
                 if fw.post_filters:
-                    state.write(
-                        CONTEXT_KEY,
-                        PreemptionContext(
-                            fw,
-                            self.nominator,
-                            tuple(self.cache.budgets.values()),
-                            self.group_of,
-                            self.pending_members,
-                        ),
-                    )
+                    state.write(CONTEXT_KEY, self._preemption_context(fw, self.pending_members))
                     try:
                         post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
                     except Exception as exc:
@@ -305,6 +296,14 @@ class Scheduler:
         allocation = fw.allocate(state, pod, self.cache.snapshot, slot)
         return dataclasses.replace(result, node=nomination.node, slot=slot, allocation=allocation)
 
+    def _preemption_context(
+        self, fw: Framework, pending_members: Callable[[PodInfo], Sequence[PodInfo]]
+    ) -> PreemptionContext:
+        """What PostFilter's preemption reads of this scheduler (CycleState, CONTEXT_KEY)."""
+        return PreemptionContext(
+            fw, self.nominator, tuple(self.cache.budgets.values()), self.group_of, pending_members
+        )
+
     def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None:
         """A pod group that does not fit: when its leading member fits nowhere, PostFilter
         (DefaultPreemption) runs for it with the other pending members placed together, so
@@ -316,16 +315,7 @@ class Scheduler:
         result = fw.schedule(leader, self.cache.snapshot, state)
         if result.node is not None:  # it fits alone: eviction is no help to the group
             return None
-        state.write(
-            CONTEXT_KEY,
-            PreemptionContext(
-                fw,
-                self.nominator,
-                tuple(self.cache.budgets.values()),
-                self.group_of,
-                lambda _: members,
-            ),
-        )
+        state.write(CONTEXT_KEY, self._preemption_context(fw, lambda _: members))
         post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
         self._act_on_preemption(leader, state.get(OUTCOME_KEY))
         return post.message if post is not None else None

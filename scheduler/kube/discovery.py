@@ -46,9 +46,6 @@ class ServerAPIs:
     def leases_v1(self) -> bool:
         return self.serves(LEASES_V1)
 
-    def missing(self) -> list[str]:
-        return [gv for gv in (EVENTS_V1, LEASES_V1) if not self.serves(gv)]
-
 
 async def discover(client: KubeClient, version: Mapping[str, Any] | None = None) -> ServerAPIs:
     """Read /version (unless its answer is given) and /apis; never raises for an unreadable
