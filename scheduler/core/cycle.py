@@ -40,12 +40,10 @@ from scheduler.core.preemption import (
     CONTEXT_KEY,
     OUTCOME_KEY,
     PLUGIN_NAME,
-    GroupLookup,
     Outcome,
     Plan,
     PreemptionContext,
     group_key,
-    snapshot_group,
 )
 from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
 
@@ -173,7 +171,6 @@ class Scheduler:
         # pod groups are placed whole by the group cycle (scheduler.core.group) when set
         self.groups: GroupCycle | None = None
         self.nominator = Nominator()  # pods that preempted, counted on their node
-        self.group_of: GroupLookup = snapshot_group  # pod groups, for whole-group victims
         # the pending members of a pod's group (a gang preemptor must place them all)
         self.pending_members: Callable[[PodInfo], Sequence[PodInfo]] = self._queued_members
 
@@ -301,7 +298,7 @@ class Scheduler:
     ) -> PreemptionContext:
         """What PostFilter's preemption reads of this scheduler (CycleState, CONTEXT_KEY)."""
         return PreemptionContext(
-            fw, self.nominator, tuple(self.cache.budgets.values()), self.group_of, pending_members
+            fw, self.nominator, tuple(self.cache.budgets.values()), pending_members
         )
 
     def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None:

@@ -389,7 +389,7 @@ def fit_error_message(total_nodes: int, reason_counts: Mapping[str, int]) -> str
     return message
 
 
-def _absent_reason(plugin: str) -> str:
+def absent_reason(plugin: str) -> str:
     return f"node(s) didn't satisfy plugin(s) [{plugin}]"
 
 
@@ -589,7 +589,7 @@ class Framework:
         for plugin_name, names in restrictions:
             allowed = slots_named(snapshot, names)
             absent = alive & ~allowed
-            trace.append((absent, [(_absent_reason(plugin_name), absent)]))
+            trace.append((absent, [(absent_reason(plugin_name), absent)]))
             rejecting.append(plugin_name)
             alive &= allowed
         domain = state.get(DOMAIN_KEY)

@@ -77,6 +77,7 @@ from scheduler.core.model import (
 )
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 from scheduler.core.queue import QueuedPod, Where
+from scheduler.core.topology.schema import ANNOTATION_PLACEMENT
 
 __all__ = [
     "GroupCycle",
@@ -632,10 +633,6 @@ class GroupCycle:
             if sched.still_assumed(p.pod):
                 sched.cache.forget(p.pod.key)
 
-    def _undo_all(self, sched: Scheduler, assumed: list[Assumed]) -> None:
-        for a in assumed:
-            sched._undo(a)
-
     def _commit(self, sched: Scheduler, attempt: _Attempt, share: float) -> list[Decision]:
         """Reserve and Permit every placed member; stops at the first that is rejected."""
         decisions: list[Decision] = []
@@ -721,5 +718,5 @@ def _shape(pod: PodInfo) -> tuple[Any, ...]:
         pod.required_affinity,
         pod.tolerations,
         pod.host_ports,
-        pod.annotations.get("topo-scheduler.io/gpu-placement"),
+        pod.annotations.get(ANNOTATION_PLACEMENT),
     )

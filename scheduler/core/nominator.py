@@ -29,9 +29,6 @@ class Nominator:
     def __init__(self) -> None:
         self._by_pod: dict[str, Nomination] = {}
 
-    def __len__(self) -> int:
-        return len(self._by_pod)
-
     def add(self, pod: PodInfo, node: str, gpus: tuple[int, ...] = ()) -> None:
         self._by_pod[pod.key] = Nomination(pod, node, gpus)
 

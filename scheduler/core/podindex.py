@@ -168,10 +168,6 @@ class LabelSetIndex:
             np.add.at(out, slots, counts)
         return out
 
-    def group_labels(self, gid: int) -> tuple[str, Mapping[str, str]]:
-        g = self._sets[gid]
-        return g.namespace, g.labels
-
 
 TermKind = str
 REQUIRED = "required"  # a pod's required affinity term (hard weight at score)
@@ -265,9 +261,6 @@ class TermIndex:
                     yield term, index[term]
         for term in self._loose[kind]:
             yield term, index[term]
-
-    def of_kind(self, kind: TermKind) -> Iterator[tuple[Entry, Counter[int]]]:
-        return iter(self._terms[kind].items())
 
     def has(self, kind: TermKind) -> bool:
         return bool(self._terms[kind])

@@ -22,9 +22,9 @@ Pod groups (gangs): a victim that belongs to a pod group takes its whole group w
 member on every node (a gang below its minimum is useless: kube's `disruptionMode: all`).
 A group is reprieved or evicted as one unit; a group with any member of priority at or above
 the preemptor's is not a victim at all; its members on other nodes count in the node choice.
-Group membership comes from a `GroupLookup`: by default the `scheduling.x-k8s.io/pod-group`
-label or the `topo-scheduler.io/pod-group` annotation, members read from the snapshot; the gang
-code plugs its own lookup (the PodGroup API) into `PreemptionContext.groups`.
+Group membership is the pod's group key (a Kubernetes PodGroup, the
+`scheduling.x-k8s.io/pod-group` label or the `topo-scheduler.io/pod-group` annotation, as
+`scheduler.core.model` reads them), members read from the snapshot (`snapshot_group`).
 
 Nothing here evicts: the result is a `Plan` that the cycle hands to the front end
 (`CycleHooks.preempt`), which deletes the victims (in-cluster), removes them (simulator) or
@@ -47,10 +47,11 @@ from scheduler.core.framework import (
     CycleState,
     Framework,
     ScheduleResult,
+    absent_reason,
     fit_error_message,
     slots_named,
 )
-from scheduler.core.model import ANNOTATION_POD_GROUP, LABEL_POD_GROUP, PodInfo
+from scheduler.core.model import PodInfo
 from scheduler.core.nominator import Nomination, Nominator
 from scheduler.core.snapshot import BoolArray, Snapshot
 from scheduler.core.topology.schema import ANNOTATION_ASSIGNMENTS, ANNOTATION_TOPOLOGY
@@ -58,8 +59,6 @@ from scheduler.core.topology.state import GpuState
 
 __all__ = [
     "CONTEXT_KEY",
-    "GROUP_ANNOTATION",
-    "GROUP_LABEL",
     "NOT_HELPFUL",
     "NO_VICTIMS",
     "OUTCOME_KEY",
@@ -80,8 +79,6 @@ CONTEXT_KEY = "topo-scheduler/preemption-context"
 OUTCOME_KEY = "topo-scheduler/preemption-outcome"
 """CycleState key of the `Outcome` the PostFilter plugin reached."""
 
-GROUP_LABEL = LABEL_POD_GROUP
-GROUP_ANNOTATION = ANNOTATION_POD_GROUP
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NEVER = "not eligible due to preemptionPolicy=Never."
@@ -100,10 +97,6 @@ class PodGroup:
     members: tuple[tuple[PodInfo, str], ...]
 
 
-GroupLookup = Callable[[PodInfo, Snapshot], "PodGroup | None"]
-"""The group of a pod with its members on nodes, or None for a pod in no group."""
-
-
 def group_key(pod: PodInfo) -> str | None:
     """`namespace/name` of the pod's group (any of the three forms `scheduler.core.model`
     reads: Kubernetes' PodGroup, the scheduler-plugins label, the annotation), or None."""
@@ -111,7 +104,8 @@ def group_key(pod: PodInfo) -> str | None:
 
 
 def snapshot_group(pod: PodInfo, snapshot: Snapshot) -> PodGroup | None:
-    """The default `GroupLookup`: members found by the label/annotation on every slot."""
+    """The pod's group with its members on nodes (found by the group's key on every slot), or
+    None for a pod in no group."""
     key = group_key(pod)
     if key is None:
         return None
@@ -149,7 +143,6 @@ class PreemptionContext:
     framework: Framework
     nominator: Nominator = field(default_factory=Nominator)
     budgets: Sequence[DisruptionBudget] = ()
-    groups: GroupLookup = snapshot_group
     # the other pending members of the pod's group (a gang preemptor places them all)
     pending_members: Callable[[PodInfo], Sequence[PodInfo]] = lambda pod: ()
 
@@ -235,7 +228,7 @@ class _NodeCopy:
             return False, [rejection], state
         for plugin, names in restrictions:
             if self.name not in names:
-                return False, [f"node(s) didn't satisfy plugin(s) [{plugin}]"], state
+                return False, [absent_reason(plugin)], state
         alive, trace = framework.run_filters(state, pod, self.snapshot, self.snapshot.live)
         if alive[self.slot]:
             return True, [], state
@@ -283,9 +276,9 @@ class _Evaluation:
     def group(self, member: PodInfo) -> PodGroup | None:
         key = group_key(member)
         if key is None:
-            return self.context.groups(member, self.snapshot)
+            return None
         if key not in self._groups:
-            self._groups[key] = self.context.groups(member, self.snapshot)
+            self._groups[key] = snapshot_group(member, self.snapshot)
         return self._groups[key]
 
     # -- which nodes eviction could help -------------------------------------------------
@@ -323,8 +316,6 @@ class _Evaluation:
     def eligible(self, potential: Sequence[int]) -> str | None:
         """Why the pod may not preempt now (kube's PodEligibleToPreemptOthers), or None."""
         pod = self.pod
-        if pod.preemption_policy == "Never":
-            return NEVER
         own = self.context.nominator.get(pod.key)
         nominated = own.node if own is not None else pod.nominated_node_name
         if nominated is None:

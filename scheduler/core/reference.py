@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from scheduler.core.framework import CycleState, Framework, _absent_reason
+from scheduler.core.framework import CycleState, Framework, absent_reason
 from scheduler.core.model import PodInfo, WorkloadInfo
 from scheduler.core.snapshot import NodeState, Snapshot
 
@@ -120,7 +120,7 @@ def schedule_reference(framework: Framework, pod: PodInfo, snapshot: Snapshot) -
             continue
         failed = [p for p, names in restrictions if name not in names]
         if failed:
-            reasons[name] = [_absent_reason(failed[0])]
+            reasons[name] = [absent_reason(failed[0])]
             continue
         for plugin in filters:
             if plugin.name in cluster_reasons:
