@@ -192,6 +192,15 @@ class _NodeCopy:
         assert info is not None
         self.name = info.name
         self.snapshot = Snapshot(GpuState(snapshot.gpus.resource, snapshot.gpus.selector))
+        # what the filters read of the rest of the cluster: storage objects, namespaces and
+        # workloads (shared, read only); the node's own pods are counted again as added below
+        self.snapshot.storage = snapshot.storage.shared()
+        self.snapshot.namespaces = snapshot.namespaces
+        self.snapshot.namespace_generation = snapshot.namespace_generation
+        self.snapshot.workloads = snapshot.workloads
+        self.snapshot.services = snapshot.services
+        for pod in snapshot.pods[slot].values():
+            self.snapshot.storage.count_pod(pod.namespace, pod.volumes, -1)
         # the node without its GPU annotations, whose parsed state is taken as it is
         bare = dataclasses.replace(
             info,

@@ -770,6 +770,13 @@ class StorageState:
             if (v := self.volume(name)) is not None and v.class_name == class_name
         ]
 
+    def shared(self) -> StorageState:
+        """The same objects and assumptions (shared: read, never written, by the copy) with a
+        copy of the pod counts, for a snapshot that adds and removes pods of its own."""
+        view = copy.copy(self)
+        view._claim_users = dict(self._claim_users)
+        return view
+
     def claim_in_use(self, key: str) -> bool:
         """kube's IsPVCUsedByPods: some pod on a node (bound or assumed) uses the claim."""
         return self._claim_users.get(key, 0) > 0

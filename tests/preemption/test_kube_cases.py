@@ -255,3 +255,26 @@ def test_equal_priority_is_not_a_victim(tmp_path: Path, capsys: pytest.CaptureFi
     doc = explain_json(tmp_path, objects, preemptor("large", "high"), capsys)
     assert doc["preemption"] is None
     assert "1 No preemption victims found for incoming pod." in doc["message"]
+
+
+def test_a_pod_with_a_claim_preempts_and_a_zone_it_cannot_reach_is_not_tried(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Preemption re-runs the volume plugins on its copy of the node: they must see the
+    cluster's claims and volumes (a bound claim, then one whose PV is in another zone)."""
+    from tests.storage.objects import claim_volume, pv, pvc
+
+    zone = "topology.kubernetes.io/zone"
+    victim = running("v", "n1", 0, {"cpu": "1"})
+    claimant = pending("p", 1000, {"cpu": "1"}, volumes=[claim_volume("d", "data")])
+    bound = [pv("vol", claim=("default", "data")), pvc("data", volume="vol", bound=True)]
+    doc = explain_json(tmp_path, [node("n1", cpu="1"), victim, *bound], claimant, capsys)
+    assert doc["preemption"] == {"node": "n1", "victims": ["default/v"], "gpus": []}
+    elsewhere = [
+        pv("vol", claim=("default", "data"), labels={zone: "b"}),
+        pvc("data", volume="vol", bound=True),
+    ]
+    in_a = node("n1", cpu="1", labels={zone: "a"})
+    doc = explain_json(tmp_path, [in_a, victim, *elsewhere], claimant, capsys)
+    assert doc["preemption"] is None
+    assert "had no available volume zone" in doc["message"]
