@@ -45,8 +45,11 @@ class Cache:
     # ------------------------------------------------------------------ nodes
 
     def add_node(self, node: NodeInfo) -> None:
+        version = self.gpus.version
         slot = self.snapshot.set_node(node)
-        if self.gpus.sets[slot] or self._holds_gpus(slot):
+        # the pods' GPU sets depend on the node only through its GPU annotations: a status
+        # heartbeat (nothing GPU-related changed, version kept) needs no new resolve
+        if self.gpus.version != version and (self.gpus.sets[slot] or self._holds_gpus(slot)):
             self._resolve_gpus(slot)
 
     update_node = add_node
@@ -188,10 +191,6 @@ class Cache:
 
     def remove_budget(self, key: str) -> None:
         self.budgets.pop(key, None)
-
-    def pods_on(self, node: str) -> list[PodInfo]:
-        slot = self.snapshot.index.get(node)
-        return list(self.snapshot.pods[slot].values()) if slot is not None else []
 
     @contextmanager
     def nominated(self, nominations: Iterable[Nomination]) -> Iterator[None]:
