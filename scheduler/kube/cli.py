@@ -241,9 +241,7 @@ async def _load_config(
     apply: Callable[[SchedulerConfiguration, dict[str, Framework]], None],
 ) -> tuple[SchedulerConfiguration, dict[str, Framework], ConfigMapSource | None]:
     if settings.config_map:
-        ns, _, name = settings.config_map.partition("/")
-        if not ns or not name:
-            raise ConfigError(f"--config-map: must be NAMESPACE/NAME, got {settings.config_map!r}")
+        ns, _, name = settings.config_map.partition("/")  # checked by validate_settings
         source = ConfigMapSource(
             client,
             ns,
@@ -343,6 +341,7 @@ def _close_listener(settings: Settings) -> None:
 
 async def _status_server(
     settings: Settings,
+    client: KubeClient,
     registry: Metrics,
     checks: dict[str, Callable[[], tuple[bool, str]]],
 ) -> tuple[StatusServer, KubeClient | None]:
@@ -350,7 +349,7 @@ async def _status_server(
     auth_client = None
     auth = None
     if settings.tls is not None:
-        auth_client = await _connect(settings, AUTH_CLIENT)
+        auth_client = client.sibling(AUTH_CLIENT)
         auth = DelegatedAuth(auth_client, ttl=settings.serving.auth_cache_ttl)
     server = StatusServer(
         registry.registry, checks, auth=auth, tls=settings.tls, options=settings.serving
@@ -403,7 +402,7 @@ async def _serve(
         return source.health() if source is not None else (True, "")
 
     server, auth_client = await _status_server(
-        settings, metrics, {"informer-sync": informers_synced, "config": config_valid}
+        settings, client, metrics, {"informer-sync": informers_synced, "config": config_valid}
     )
     await sched.start()
     tasks: list[asyncio.Task[None]] = []

@@ -38,6 +38,14 @@ class ServerAPIs:
         find out from their own first list)."""
         return self.group_versions is None or group_version in self.group_versions
 
+    def serves_path(self, path: str) -> bool:
+        """Whether the group/version of a list path (`/apis/GROUP/VERSION/...`) is served;
+        the core API (`/api/v1/...`) always is."""
+        if not path.startswith("/apis/"):
+            return True
+        group, version = path.removeprefix("/apis/").split("/")[:2]
+        return self.serves(f"{group}/{version}")
+
     @property
     def events_v1(self) -> bool:
         return self.serves(EVENTS_V1)

@@ -39,6 +39,11 @@ def micro_time(ts: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
+def rfc3339(ts: float | None = None) -> str:
+    """kube's Time: RFC 3339 to the second, UTC (conditions, PodGroup status)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if ts is None else ts))
+
+
 @dataclass(frozen=True)
 class ObjectRef:
     """What an Event is about (`regarding`)."""

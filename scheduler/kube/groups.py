@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -41,6 +40,7 @@ from scheduler.core.group import (
 from scheduler.core.model import SOURCE_KUBERNETES, SOURCE_SCHEDULER_PLUGINS
 from scheduler.core.queue import ClusterEvent
 from scheduler.kube.client import MERGE_PATCH, ApiError
+from scheduler.kube.events import rfc3339
 from scheduler.kube.informer import Reflector
 
 if TYPE_CHECKING:
@@ -70,10 +70,6 @@ KINDS = (
     GroupKind(SOURCE_SCHEDULER_PLUGINS, "scheduling.x-k8s.io", "v1alpha1", scheduler_plugins_group),
     GroupKind(SOURCE_KUBERNETES, "scheduling.k8s.io", "v1beta1", kubernetes_group),
 )
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Handler:
@@ -197,11 +193,9 @@ class KubeGroups:
             body = self._kubernetes_status(outcome, obj)
         if body is None:
             return
-        path = f"/apis/{reflector.path.split('/apis/')[1].rsplit('/', 1)[0]}"
-        path += f"/namespaces/{spec.namespace}/podgroups/{spec.name}/status"
-        task = asyncio.create_task(self._patch(path, body, spec))
-        self.owner._tasks.append(task)
-        task.add_done_callback(self.owner._forget_task)
+        api = reflector.path.removesuffix("/podgroups")  # the kind's /apis/GROUP/VERSION
+        path = f"{api}/namespaces/{spec.namespace}/podgroups/{spec.name}/status"
+        self.owner._spawn(self._patch(path, body, spec))
 
     def _changed(self, spec: GroupSpec, state: tuple[Any, ...]) -> bool:
         if self.written.get(spec.id) == state:
@@ -222,7 +216,7 @@ class KubeGroups:
             return None
         body: Obj = {"phase": phase, "scheduled": placed}
         if phase == "Scheduling" and not status.get("scheduleStartTime"):
-            body["scheduleStartTime"] = _now()
+            body["scheduleStartTime"] = rfc3339()
         return {"status": body}
 
     def _kubernetes_status(self, outcome: GroupOutcome, obj: Obj) -> Obj | None:
@@ -248,7 +242,7 @@ class KubeGroups:
         message = outcome.message or f"{len(outcome.members)} pods placed"
         if not self._changed(outcome.spec, (status, message)):
             return None
-        since = _now()
+        since = rfc3339()
         if previous is not None and previous.get("status") == status:
             since = previous.get("lastTransitionTime") or since
         condition = {

@@ -59,7 +59,7 @@ from scheduler.core.topology.schema import (
 )
 from scheduler.kube.client import STRATEGIC_PATCH, Abandoned, ApiError, KubeClient
 from scheduler.kube.discovery import ServerAPIs
-from scheduler.kube.events import EventRecorder, ObjectRef, micro_time
+from scheduler.kube.events import EventRecorder, ObjectRef, rfc3339
 from scheduler.kube.groups import KubeGroups
 from scheduler.kube.informer import Backoff, Reflector
 from scheduler.kube.metrics import Metrics
@@ -182,9 +182,10 @@ class KubeScheduler(CycleHooks):
             name="poddisruptionbudgets",
             watch_timeout=self.options.watch_timeout,
             backoff=self.options.reflector_backoff,
+            on_relist=self._relisted,
             when_unserved="preemption sees no PodDisruptionBudgets (policy/v1: Kubernetes 1.21+)",
         )
-        if not self.apis.serves("policy/v1"):
+        if not self.apis.serves_path(self.budgets.path):
             self.budgets.mark_unserved()
         # Namespace labels feed the namespaceSelector of pod (anti-)affinity terms.
         self.namespaces = Reflector(
@@ -240,19 +241,18 @@ class KubeScheduler(CycleHooks):
         )
 
     def _reflectors(self) -> list[Reflector]:
-        return [self.nodes, self.namespaces, *self.workloads, self.pods]
+        return [self.nodes, self.namespaces, *self.workloads, self.budgets, self.pods]
 
     async def start(self) -> None:
         """Start informers and event workers (standbys run these too)."""
         self._tasks.append(asyncio.create_task(self.nodes.run(), name="nodes-informer"))
-        for reflector in (self.namespaces, *self.workloads):
+        for reflector in (self.namespaces, *self.workloads, self.budgets):
             self._tasks.append(
                 asyncio.create_task(reflector.run(), name=f"{reflector.name}-informer")
             )
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
         self._tasks.append(asyncio.create_task(self.storage_watches.run(), name="storage"))
-        self._tasks.append(asyncio.create_task(self.budgets.run(), name="pdb-informer"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
@@ -455,11 +455,9 @@ class KubeScheduler(CycleHooks):
         # (another reason or message), the time it became False is kept
         since = prev[2] if prev is not None else self._false_since(pod)
         if since is None:
-            since = micro_time().split(".")[0] + "Z"
+            since = rfc3339()
         self.conditions[pod.key] = (reason, message, since)
-        task = asyncio.create_task(self._set_condition(pod, reason, message, since))
-        self._tasks.append(task)
-        task.add_done_callback(self._forget_task)
+        self._spawn(self._set_condition(pod, reason, message, since))
 
     def _false_since(self, pod: PodInfo) -> str | None:
         """lastTransitionTime of the pod's PodScheduled condition when it is already False."""
@@ -728,7 +726,7 @@ class KubeScheduler(CycleHooks):
                 "reason": "PreemptionByScheduler",
                 "message": f"{preemptor.scheduler_name}: preempting to accommodate a higher "
                 "priority pod",
-                "lastTransitionTime": micro_time().split(".")[0] + "Z",
+                "lastTransitionTime": rfc3339(),
             }
             if not await self._patch_quietly(
                 pod, f"{base}/status", {"status": {"conditions": [condition]}}

@@ -40,7 +40,6 @@ Check = Callable[[], tuple[bool, str]]
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler.server")
 
-ALWAYS_ALLOWED = ("/healthz", "/livez", "/readyz")  # kube's --authorization-always-allow-paths
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 

@@ -107,8 +107,7 @@ class StorageWatches:
             for name, path, kind in KINDS
         ]
         for reflector in self.reflectors:
-            group_version = reflector.path.removeprefix("/apis/").rpartition("/")[0]
-            if reflector.path.startswith("/apis/") and not owner.apis.serves(group_version):
+            if not owner.apis.serves_path(reflector.path):
                 reflector.mark_unserved()
 
     @property
