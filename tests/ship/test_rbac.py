@@ -59,13 +59,13 @@ def _service_account(objs: list[dict], kind: str) -> tuple[str, str]:
     ]
 
 
-# kube-scheduler's rights for the storage kinds: read them all, update/patch only claims and
-# volumes (VolumeBinding's PreBind), read ResourceClaims; nothing else.
+# The storage kinds: list and watch them all (informers), update only claims and volumes
+# (VolumeBinding's PreBind PUTs), read ResourceClaims; nothing else (no single-object get).
 STORAGE_PERMISSIONS = {
     *(
         (g, r, v, "")
         for g, r in (("", "persistentvolumeclaims"), ("", "persistentvolumes"))
-        for v in ("get", "list", "watch", "update", "patch")
+        for v in ("list", "watch", "update")
     ),
     *(
         ("storage.k8s.io", r, v, "")
@@ -76,15 +76,14 @@ STORAGE_PERMISSIONS = {
             "csistoragecapacities",
             "volumeattachments",
         )
-        for v in ("get", "list", "watch")
+        for v in ("list", "watch")
     ),
-    *(("resource.k8s.io", "resourceclaims", v, "") for v in ("get", "list", "watch")),
+    *(("resource.k8s.io", "resourceclaims", v, "") for v in ("list", "watch")),
 }
 
 
 def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
     perms = {
-        ("", "pods", "get", ""),
         ("", "pods", "list", ""),
         ("", "pods", "watch", ""),
         ("", "pods", "delete", ""),  # preemption deletes its victims
@@ -92,7 +91,6 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("policy", "poddisruptionbudgets", "watch", ""),
         ("", "pods/binding", "create", ""),
         ("", "pods/status", "patch", ""),
-        ("", "nodes", "get", ""),
         ("", "nodes", "list", ""),
         ("", "nodes", "watch", ""),
         ("", "namespaces", "list", ""),
@@ -106,9 +104,7 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ("apps", "statefulsets", "list", ""),
         ("apps", "statefulsets", "watch", ""),
         ("", "events", "create", ""),
-        ("", "events", "patch", ""),
         ("events.k8s.io", "events", "create", ""),
-        ("events.k8s.io", "events", "patch", ""),
         # /metrics on the secure port: the caller's token is reviewed, then its access
         ("authentication.k8s.io", "tokenreviews", "create", ""),
         ("authorization.k8s.io", "subjectaccessreviews", "create", ""),
@@ -116,7 +112,6 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
             (group, resource, verb, "")
             for group in ("scheduling.x-k8s.io", "scheduling.k8s.io")
             for resource, verb in (
-                ("podgroups", "get"),
                 ("podgroups", "list"),
                 ("podgroups", "watch"),
                 ("podgroups/status", "patch"),
