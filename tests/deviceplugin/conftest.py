@@ -49,7 +49,7 @@ class RunningPlugin:
     reporter: Reporter
     watch: PodWatch
     stop: threading.Event
-    threads: list[threading.Thread] = field(default_factory=list)
+    threads: list[threading.Thread | PodWatch | HealthMonitor] = field(default_factory=list)
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -102,7 +102,7 @@ class Node:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         running = RunningPlugin(plugin, server, nvml, metrics, reporter, watch, stop)
-        running.threads = [thread, watch._thread, monitor._thread]
+        running.threads = [thread, watch, monitor]
         self.running.append(running)
         return running
 

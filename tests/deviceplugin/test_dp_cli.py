@@ -40,7 +40,8 @@ def test_fake_nvml_discovers_the_builtin_topology(name: str) -> None:
 
 
 def test_fake_uuids_stable_per_node_and_topology() -> None:
-    assert fake_gpu_uuid("a", "dgx-a100", 0) == fake_gpu_uuid("a", "dgx-a100", 0)
+    # stable across processes (a uuid5 of node, machine and index, not `hash()`)
+    assert fake_gpu_uuid("a", "dgx-a100", 0) == "GPU-73206172-22d5-572e-a946-3b4e490debf5"
     assert fake_gpu_uuid("a", "dgx-a100", 0) != fake_gpu_uuid("b", "dgx-a100", 0)
     assert fake_gpu_uuid("a", "dgx-a100", 0) != fake_gpu_uuid("a", "dgx-h100", 0)
 

@@ -30,7 +30,7 @@ def _metric(running: RunningPlugin, line_start: str) -> float:
     for line in generate_latest(running.metrics.registry).decode().splitlines():
         if line.startswith(line_start):
             return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    raise AssertionError(f"no sample {line_start!r}")
 
 
 def _start(node: Node, **kw: object) -> RunningPlugin:

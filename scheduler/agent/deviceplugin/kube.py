@@ -61,7 +61,6 @@ class PodWatch:
         self._max_backoff = max_backoff
         self._lock = threading.Lock()
         self._pods: dict[tuple[str, str], Obj] | None = None
-        self.connected = False
         self.synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
 
@@ -91,7 +90,6 @@ class PodWatch:
             items, _ = self._list()
         except Exception as exc:  # any transport or API failure: the caller falls back
             log.warning("listing the pods of the node failed: %s", exc)
-            self.connected = False
             return None
         return items
 
@@ -104,7 +102,6 @@ class PodWatch:
                 items, version = self._list()
                 with self._lock:
                     self._pods = {_key(p): p for p in items}
-                self.connected = True
                 self.synced.set()
                 failures = 0
                 while not self._stop.is_set():
@@ -137,7 +134,6 @@ class PodWatch:
                     if gone:
                         break  # relist
             except Exception as exc:  # keep watching whatever the failure
-                self.connected = False
                 failures += 1
                 delay = min(self._max_backoff, 0.2 * 2 ** min(failures, 10))
                 log.warning("watch of the node's pods failed (%s); retrying in %.1fs", exc, delay)
