@@ -8,14 +8,20 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from scheduler.sim.engine import POLICY_DESCRIPTIONS, JobRecord, Sample, Simulation
+from scheduler.sim.engine import JobRecord, Sample, Simulation
+from scheduler.sim.policies import (
+    KUBE_FIRST_FREE,
+    KUBE_NVIDIA_DP,
+    POLICY_DESCRIPTIONS,
+    TOPO,
+    TOPO_NVIDIA_DP,
+)
 from scheduler.sim.scenario import Scenario
 
 __all__ = ["WALL_CLOCK_FIELDS", "document", "plot", "render_table", "summarize"]
 
 SERIES_POINTS = 100
-_STYLES = {"topo+topo-dp": "-", "topo+nvidia-dp": "-.", "kube+nvidia-dp": "--",
-           "kube+first-free": ":"}  # fmt: skip
+_STYLES = {TOPO: "-", TOPO_NVIDIA_DP: "-.", KUBE_NVIDIA_DP: "--", KUBE_FIRST_FREE: ":"}
 WALL_CLOCK_FIELDS = frozenset(
     {"wall_seconds", "throughput_decisions_per_second", "runtime_seconds"}
 )
