@@ -281,6 +281,15 @@ def _term(raw: Any, where: Fields, path: str) -> NodeSelectorTerm:
     )
 
 
+def parse_node_selector(raw: Any, where: Fields, path: str) -> NodeSelector:
+    """A v1.NodeSelector (`nodeSelectorTerms`, ORed), as pods, PVs and ResourceClaims hold it."""
+    data = where.mapping(raw, path)
+    terms = where.list(data.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
+    return NodeSelector(
+        tuple(_term(t, where, f"{path}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms))
+    )
+
+
 # ---------------------------------------------------------------------------- pod relations
 
 _SET_OPERATORS = ("In", "NotIn")
@@ -934,11 +943,7 @@ def _node_affinity(
     required: NodeSelector | None = None
     if required_raw is not None:
         rpath = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
-        req = where.mapping(required_raw, rpath)
-        terms = where.list(req.get("nodeSelectorTerms"), f"{rpath}.nodeSelectorTerms")
-        required = NodeSelector(
-            tuple(_term(t, where, f"{rpath}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms))
-        )
+        required = parse_node_selector(required_raw, where, rpath)
     preferred = []
     ppath = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
     raw_preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")

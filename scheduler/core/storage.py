@@ -26,9 +26,8 @@ from scheduler.core.decode import Fields
 from scheduler.core.model import (
     ModelError,
     NodeSelector,
-    NodeSelectorRequirement,
-    NodeSelectorTerm,
     parse_label_selector,
+    parse_node_selector,
 )
 from scheduler.core.podaffinity import LabelSelector
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
@@ -123,35 +122,7 @@ class _Where(Fields):
         return modes
 
     def node_selector(self, value: Any, path: str) -> NodeSelector | None:
-        if value is None:
-            return None
-        raw = self.mapping(value, path)
-        terms = []
-        for i, t in enumerate(self.list(raw.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")):
-            tpath = f"{path}.nodeSelectorTerms[{i}]"
-            term = self.mapping(t, tpath)
-            terms.append(
-                NodeSelectorTerm(
-                    match_expressions=self.requirements(
-                        term.get("matchExpressions"), f"{tpath}.matchExpressions"
-                    ),
-                    match_fields=self.requirements(term.get("matchFields"), f"{tpath}.matchFields"),
-                )
-            )
-        return NodeSelector(tuple(terms))
-
-    def requirements(self, value: Any, path: str) -> tuple[NodeSelectorRequirement, ...]:
-        out = []
-        for i, r in enumerate(self.list(value, path)):
-            item = self.mapping(r, f"{path}[{i}]")
-            out.append(
-                NodeSelectorRequirement(
-                    key=self.string(item.get("key"), f"{path}[{i}].key", ""),
-                    operator=self.string(item.get("operator"), f"{path}[{i}].operator", ""),
-                    values=self.string_list(item.get("values"), f"{path}[{i}].values"),
-                )
-            )
-        return tuple(out)
+        return None if value is None else parse_node_selector(value, self, path)
 
     def label_selector(self, value: Any, path: str) -> LabelSelector | None:
         """A selector, or None when unset (a claim without one takes any PV; a capacity
