@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core.topology import GpuSelector, Topology, builtin_topology, device_plugin_set
 from scheduler.core.topology.bandwidth import bandwidth_matrix, ring_busbw_all
