@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.config import strict_mapping
+from scheduler.core.decode import go_parse_int
 from scheduler.core.framework import (
     CycleState,
     PreFilterResult,
@@ -30,7 +31,6 @@ from scheduler.core.model import (
     NodeSelectorTerm,
     PodInfo,
     PreferredTerm,
-    go_parse_int,
 )
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 

@@ -9,12 +9,13 @@ decoded once at the edge into typed values. Every error names the object and the
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FieldError", "Fields"]
+__all__ = ["FieldError", "Fields", "go_parse_int", "parse_host_port"]
 
 
 class FieldError(ValueError):
@@ -170,3 +171,39 @@ class Fields:
 
     def string_list(self, value: Any, path: str) -> tuple[str, ...]:
         return tuple(self.string(v, f"{path}[{i}]") for i, v in enumerate(self.list(value, path)))
+
+
+# ---------------------------------------------------------------------- text values
+# Flags, CSV cells and annotation values arrive as text. One strict reader for each kind,
+# so that no input accepts what Python's int() would (underscores, spaces, other digits).
+
+_ASCII_DIGITS = frozenset("0123456789")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def go_parse_int(text: str) -> int | None:
+    """Go's strconv.ParseInt(text, 10, 64): ASCII digits, optional sign, int64 range; None
+    for anything else (``1_0``, `` 1``, ``١``, ``0x10``, ``""``)."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not _ASCII_DIGITS.issuperset(digits):
+        return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
+
+
+def parse_host_port(text: str, flag: str) -> tuple[str, int]:
+    """A listen address ``HOST:PORT`` (IPv6 as ``[::1]:10259``; an empty host is 0.0.0.0)
+    -> (host, port). ValueError names the flag; the host must be an IP address or localhost."""
+    host, sep, port_text = text.rpartition(":")
+    port = go_parse_int(port_text) if sep and port_text[:1] not in ("+", "-") else None
+    if port is None or not 0 <= port <= 65535:
+        raise ValueError(f"{flag}: must be HOST:PORT with a port 0-65535, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(
+                f"{flag}: {host!r} is not an IP address (HOST:PORT, e.g. 0.0.0.0:{port})"
+            ) from None
+    return host, port

@@ -9,14 +9,13 @@ error names the object and the field.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from scheduler.core.decode import FieldError, Fields
+from scheduler.core.decode import FieldError, Fields, go_parse_int
 from scheduler.core.quantity import QuantityError, is_extended_resource, parse_quantity, to_units
 
 if TYPE_CHECKING:
@@ -134,18 +133,6 @@ class NodeSelectorRequirement:
         if have is None or want is None:
             return False
         return have > want if op == "Gt" else have < want
-
-
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def go_parse_int(text: str) -> int | None:
-    """Go's strconv.ParseInt(text, 10, 64): ASCII digits, optional sign, int64 range."""
-    if _GO_INT.fullmatch(text) is None:
-        return None
-    value = int(text)
-    return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
 @dataclass(frozen=True, slots=True)

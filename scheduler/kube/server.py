@@ -36,6 +36,8 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from scheduler.core.decode import parse_host_port
+
 Check = Callable[[], tuple[bool, str]]
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler.server")
@@ -62,18 +64,10 @@ class ServingOptions:
 
 def parse_bind_address(text: str) -> tuple[str, int]:
     """`HOST:PORT` (IPv6 as `[::1]:10259`) -> (host, port); ServingError names the flag."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ServingError(f"--bind-address: must be HOST:PORT with a port 0-65535, got {text!r}")
-    host = host.strip("[]") or "0.0.0.0"
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise ServingError(
-                f"--bind-address: {host!r} is not an IP address (HOST:PORT, e.g. 0.0.0.0:10259)"
-            ) from None
-    return host, int(port)
+        return parse_host_port(text, "--bind-address")
+    except ValueError as exc:
+        raise ServingError(str(exc)) from None
 
 
 def listen(bind_address: str) -> socket.socket:
