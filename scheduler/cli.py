@@ -9,9 +9,35 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from scheduler.core.decode import go_parse_int, parse_decimal
 
 
-def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+class _OneLineParser(argparse.ArgumentParser):
+    """A flag error is one line naming the flag (argparse would print the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _integer(text: str) -> int:
+    """argparse type: a plain decimal integer (Python's int() would also take ``1_0``)."""
+    value = go_parse_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
+    return value
+
+
+def _number(text: str) -> float:
+    """argparse type: a finite decimal number (float() would also take ``nan``, ``1_0``)."""
+    value = parse_decimal(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _add_run(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     p = sub.add_parser("run", help="run the scheduler in a cluster")
     p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster credentials)")
     cfg = p.add_mutually_exclusive_group()
@@ -42,31 +68,34 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="development only: plain HTTP, /metrics without authentication",
     )
     p.add_argument(
-        "--kube-api-qps", type=float, default=50.0, help="scheduling client's QPS (bindings first)"
+        "--kube-api-qps",
+        type=_number,
+        default=50.0,
+        help="scheduling client's QPS (bindings first)",
     )
-    p.add_argument("--kube-api-burst", type=int, default=100, help="scheduling client's burst")
+    p.add_argument("--kube-api-burst", type=_integer, default=100, help="scheduling client's burst")
     p.add_argument(
         "--events-qps",
-        type=float,
+        type=_number,
         default=None,
         help="event client's own QPS (default: --kube-api-qps, a separate budget)",
     )
     p.add_argument(
         "--events-burst",
-        type=int,
+        type=_integer,
         default=None,
         help="event client's burst (default: --kube-api-burst)",
     )
     p.add_argument(
         "--startup-timeout",
-        type=float,
+        type=_number,
         default=60.0,
         metavar="SECONDS",
         help="how long to wait for the API server at startup before exiting 1 (default 60)",
     )
 
 
-def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_explain(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     p = sub.add_parser("explain", help="show how a pod would be scheduled on a snapshot")
     p.add_argument(
         "--snapshot", required=True, help="kubectl get nodes,pods,namespaces -A -o yaml output"
@@ -76,7 +105,7 @@ def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--output", choices=("table", "json"), default="table")
 
 
-def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_simulate(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     from scheduler.sim.policies import POLICY_CHOICES
 
     p = sub.add_parser("simulate", help="replay a GPU cluster and a job trace")
@@ -89,7 +118,7 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "kube+first-free (earlier names topology, topology-dp, count-only, naive), both "
         "(topo+topo-dp and kube+nvidia-dp) or all",
     )
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_integer, default=None)
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--config", help="KubeSchedulerConfiguration for the topo+ policies")
@@ -107,10 +136,10 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
 
 
-def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_agent(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     p = sub.add_parser("agent", help="publish this node's GPU topology (DaemonSet)")
     p.add_argument("--node-name", required=True)
-    p.add_argument("--interval", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument("--interval", type=_number, default=60.0, metavar="SECONDS")
     p.add_argument("--kubeconfig")
     p.add_argument(
         "--pod-resources-socket",
@@ -131,7 +160,7 @@ def _add_fake_gpus(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_device_plugin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_device_plugin(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     p = sub.add_parser(
         "device-plugin", help="kubelet device plugin handing pods their recorded GPU set"
     )
@@ -154,7 +183,7 @@ def _add_device_plugin(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     _add_fake_gpus(p)
 
 
-def _add_topology(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_topology(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     p = sub.add_parser("topology", help="GPU topology tools")
     tsub = p.add_subparsers(dest="topology_command", required=True)
     f = tsub.add_parser("from-nvidia-smi", help="`nvidia-smi topo -m` text -> annotation JSON")
@@ -166,7 +195,7 @@ def _add_topology(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="topo-scheduler", description="Topology-aware Kubernetes scheduler for GPU pods"
     )
     sub = parser.add_subparsers(dest="command", required=True)

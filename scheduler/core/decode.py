@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FieldError", "Fields", "go_parse_int", "parse_host_port"]
+__all__ = ["FieldError", "Fields", "go_parse_int", "parse_decimal", "parse_host_port"]
 
 
 class FieldError(ValueError):
@@ -189,6 +190,18 @@ def go_parse_int(text: str) -> int | None:
         return None
     value = int(text)
     return value if _INT64_MIN <= value <= _INT64_MAX else None
+
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_decimal(text: str) -> float | None:
+    """A finite decimal number in plain ASCII (``2``, ``0.5``, ``1e3``); None for anything
+    else, including what Python's float() also takes (``1_0``, `` 1``, ``nan``, ``inf``)."""
+    if _DECIMAL.fullmatch(text) is None:
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:

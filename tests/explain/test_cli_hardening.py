@@ -326,10 +326,43 @@ def test_from_nvidia_smi_unreadable(
     one_line_error(capsys, code, "smi.txt", *needles)
 
 
-@pytest.mark.parametrize("interval", ["nan", "inf", "-1", "0", "1e300"])
+@pytest.mark.parametrize("interval", ["-1", "0", "1e300"])
 def test_agent_interval(capsys: pytest.CaptureFixture[str], interval: str) -> None:
     code = main(["agent", "--node-name", "n", "--interval", interval, "--fake-gpus", "dgx-a100"])
     one_line_error(capsys, code, "--interval must be a number of seconds > 0 and <= 86,400")
+
+
+def flag_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
+    """argparse's errors too: one line naming the flag, exit 2, no usage block."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return one_line_error(capsys, int(exit_info.value.code or 0), *needles)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["agent", "--node-name", "n", "--interval", "nan"], ["--interval", "'nan'"]),
+        (["agent", "--node-name", "n", "--interval", "inf"], ["--interval", "finite number"]),
+        (["agent", "--node-name", "n", "--interval", "6_0"], ["--interval", "'6_0'"]),
+        (["run", "--kube-api-burst", "1_0"], ["--kube-api-burst", "must be an integer"]),
+        (["run", "--kube-api-burst", " 10"], ["--kube-api-burst", "' 10'"]),
+        (["run", "--kube-api-burst", "10.0"], ["--kube-api-burst", "must be an integer"]),
+        (["run", "--kube-api-qps", "1e999"], ["--kube-api-qps", "finite number"]),
+        (["run", "--events-qps", "٣"], ["--events-qps", "finite number"]),
+        (["run", "--events-burst", "0x10"], ["--events-burst", "must be an integer"]),
+        (["run", "--startup-timeout", "-inf"], ["--startup-timeout"]),
+        (["simulate", "--seed", "1_000"], ["--seed", "must be an integer"]),
+        (["simulate", "--policy", "fastest"], ["--policy", "invalid choice"]),
+        (["explain", "--pod", "p.yaml"], ["--snapshot", "required"]),
+        (["run", "--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+        ([], ["required: command"]),
+    ],
+)
+def test_flag_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needles: list[str]
+) -> None:
+    flag_error(capsys, argv, *needles)
 
 
 @pytest.mark.parametrize(
