@@ -175,6 +175,8 @@ def _load_pod(path: str) -> tuple[PodInfo, str | None]:
         pod = PodInfo.from_object(raw)
     except ModelError as exc:
         raise ExplainError(f"{path}: {exc}") from None
+    if pod.unreadable:  # a bound pod is read leniently; the one explained must be read whole
+        raise ExplainError(f"{path}: {pod.unreadable[0]}")
     return pod, scheduler_name if isinstance(scheduler_name, str) else None
 
 
@@ -269,6 +271,7 @@ def explain(
         "would have assigned them (no record of its GPUs)"
         for key, node, gpus in cache.guessed_gpus()
     ]
+    notes += cache.unreadable()  # bound pods counted without the parts that cannot be read
     report = _NodeReport(cache, framework)
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(lambda: 0.0)
     cycle = Scheduler(cache, queue, {pod.scheduler_name: framework}, DryRunBinder(), report)

@@ -4,6 +4,10 @@ Pods of every scheduler count: anything bound to a node uses its resources. A po
 scheduler has chosen a node for is *assumed* at once, so the next cycle sees it, and is
 confirmed when the watch reports it bound, or forgotten when binding fails. Succeeded and
 Failed pods hold nothing. Which GPUs each pod holds is decided by the snapshot's `GpuState`.
+
+What cannot be read is kept with what can be: a bound pod with unreadable parts counts with
+every resource it holds (`PodInfo.unreadable` says what was left out), and a node whose object
+cannot be read takes no pods until it can (`set_unreadable_node`) while its pods still count.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Cache:
         self.snapshot = Snapshot(GpuState(gpu_resource))
         self._pods: dict[str, _Entry] = {}
         self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by ns/name
+        self.unreadable_nodes: dict[str, str] = {}  # node name -> why it cannot be read
 
     @property
     def gpus(self) -> GpuState:
@@ -45,6 +50,7 @@ class Cache:
     # ------------------------------------------------------------------ nodes
 
     def add_node(self, node: NodeInfo) -> None:
+        self.unreadable_nodes.pop(node.name, None)
         version = self.gpus.version
         slot = self.snapshot.set_node(node)
         # the pods' GPU sets depend on the node only through its GPU annotations: a status
@@ -55,7 +61,30 @@ class Cache:
     update_node = add_node
 
     def remove_node(self, name: str) -> None:
+        self.unreadable_nodes.pop(name, None)
         self.snapshot.remove_node(name)
+
+    def set_unreadable_node(self, name: str, problem: str) -> None:
+        """A node whose object cannot be read (`problem` names the field): no pod is placed
+        on it until it can be. Its declared state is forgotten (its slot is not live, as a
+        deleted node's), so no decision rests on a stale copy, while the pods bound to it
+        still count there and count again on it once it is read."""
+        self.snapshot.remove_node(name)
+        self.unreadable_nodes[name] = problem
+
+    def unreadable(self) -> list[str]:
+        """What could not be read, one line each (for `explain` and the logs): bound pods
+        counted without the parts left out, nodes no pod is placed on."""
+        out = [
+            f"node {name}: not understood, no pod is placed on it: {problem}"
+            for name, problem in sorted(self.unreadable_nodes.items())
+        ]
+        for key, entry in sorted(self._pods.items()):
+            if entry.pod.unreadable:
+                node = self.snapshot.names[entry.slot]
+                left_out = "; ".join(entry.pod.unreadable)
+                out.append(f"pod {key} on {node}: counted with what could be read; {left_out}")
+        return out
 
     # ------------------------------------------------------------------ namespaces
 

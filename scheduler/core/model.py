@@ -4,16 +4,21 @@
 Node (from a watch, a file or a scenario) and compute everything the plugins need: the
 effective requests exactly as kube does, host ports, images, tolerations, affinity. Every
 error names the object and the field.
+
+A pod bound to a node always counts with every resource it holds: it is read part by part
+(`_Reader`), and a part that cannot be read is reported, listed in `PodInfo.unreadable` and left
+at its neutral default instead of failing the whole pod. Pending pods and nodes are strict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.core.decode import FieldError, Fields, go_parse_int
 from scheduler.core.quantity import QuantityError, is_extended_resource, parse_quantity, to_units
@@ -58,6 +63,7 @@ MAX_AMOUNT = 2**53
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
+T = TypeVar("T")
 Resources = dict[str, int]
 # Exact amounts, as kube sums Quantities before it rounds them to integers.
 Amounts = dict[str, Fraction]
@@ -458,6 +464,74 @@ def parse_spread_constraints(raw: Any, where: Fields, path: str) -> tuple[Spread
     return out
 
 
+# ---------------------------------------------------------------------------- unreadable parts
+
+_log = logging.getLogger("topo_scheduler.core.model")
+_REPORTED: dict[str, None] = {}
+_REPORTED_MAX = 4096
+
+
+def _report_once(message: str) -> None:
+    """Log an unreadable part of a bound pod once (the last few thousand are remembered):
+    pods are parsed again on every watch event."""
+    if message in _REPORTED:
+        return
+    if len(_REPORTED) >= _REPORTED_MAX:
+        del _REPORTED[next(iter(_REPORTED))]
+    _REPORTED[message] = None
+    _log.warning("%s; the bound pod is counted with what can be read (this part left out)", message)
+
+
+class _Reader:
+    """Reads an object part by part, the one place where an unreadable part is handled.
+
+    Strict (a pending pod): the first part that cannot be read raises its `ModelError`, as
+    the decoder does. Lenient (a pod bound to a node, which holds what it holds whatever we
+    make of the rest): a part that cannot be read is reported once, recorded in `unreadable`
+    (the errors, each naming the object and field) and replaced by its neutral default (what
+    kube reads when the field is absent); every other part is still read.
+    """
+
+    __slots__ = ("lenient", "unreadable", "where")
+
+    def __init__(self, where: Fields, *, lenient: bool) -> None:
+        self.where = where
+        self.lenient = lenient
+        self.unreadable: list[str] = []
+
+    def part(self, read: Callable[[], T], default: T) -> T:
+        """`read()`, or (lenient) `default` when it raises a ModelError, reported."""
+        if not self.lenient:
+            return read()
+        try:
+            return read()
+        except ModelError as exc:
+            self.report(str(exc))
+            return default
+
+    def report(self, message: str) -> None:
+        """Record one unreadable part (and log it once)."""
+        if message not in self.unreadable:
+            self.unreadable.append(message)
+        _report_once(message)
+
+    def string_map(self, value: Any, path: str) -> dict[str, str]:
+        """A map of strings (labels, annotations, nodeSelector); leniently, an entry that is
+        not a string is left out (reported) and the others kept."""
+        where = self.where
+        if not self.lenient:
+            return where.string_map(value, path)
+        data: Mapping[str, Any] = self.part(lambda: where.mapping(value, path), {})
+        out: dict[str, str] = {}
+        for key, item in data.items():
+            if isinstance(item, str):
+                out[str(key)] = item
+            else:
+                what = type(item).__name__
+                self.report(str(where.fail(f"{path}.{key}", f"must be a string, got {what}")))
+        return out
+
+
 # ---------------------------------------------------------------------------- pods
 
 
@@ -471,13 +545,35 @@ class _Container:
     restartable: bool
 
 
-def _container(raw: Any, where: Fields, path: str, init: bool) -> _Container:
+def _container(raw: Any, read: _Reader, path: str, init: bool) -> _Container:
+    where = read.where
     item = where.mapping(raw, path)
-    resources = where.mapping(item.get("resources"), f"{path}.resources")
-    limits = _quantities(resources.get("limits"), where, f"{path}.resources.limits")
-    requests = _quantities(resources.get("requests"), where, f"{path}.resources.requests")
+    resources: Mapping[str, Any] = read.part(
+        lambda: where.mapping(item.get("resources"), f"{path}.resources"), {}
+    )
+    limits: Amounts = read.part(
+        lambda: _quantities(resources.get("limits"), where, f"{path}.resources.limits"), {}
+    )
+    requests: Amounts = read.part(
+        lambda: _quantities(resources.get("requests"), where, f"{path}.resources.requests"), {}
+    )
     # The API server defaults a missing request to its limit.
     requests = {**limits, **requests}
+    ports: tuple[HostPort, ...] = read.part(lambda: _host_ports(item, where, path), ())
+    restart = read.part(
+        lambda: where.string(item.get("restartPolicy"), f"{path}.restartPolicy", ""), ""
+    )
+    return _Container(
+        name=read.part(lambda: where.string(item.get("name"), f"{path}.name", ""), ""),
+        requests=requests,
+        limits=limits,
+        ports=ports,
+        image=read.part(lambda: where.string(item.get("image"), f"{path}.image", ""), ""),
+        restartable=init and restart == "Always",
+    )
+
+
+def _host_ports(item: Mapping[str, Any], where: Fields, path: str) -> tuple[HostPort, ...]:
     ports: list[HostPort] = []
     for i, raw_port in enumerate(where.list(item.get("ports"), f"{path}.ports")):
         port = where.mapping(raw_port, f"{path}.ports[{i}]")
@@ -491,15 +587,7 @@ def _container(raw: Any, where: Fields, path: str, init: bool) -> _Container:
                     port=host_port,
                 )
             )
-    restart = where.string(item.get("restartPolicy"), f"{path}.restartPolicy", "")
-    return _Container(
-        name=where.string(item.get("name"), f"{path}.name", ""),
-        requests=requests,
-        limits=limits,
-        ports=tuple(ports),
-        image=where.string(item.get("image"), f"{path}.image", ""),
-        restartable=init and restart == "Always",
-    )
+    return tuple(ports)
 
 
 def _pod_requests(
@@ -575,40 +663,48 @@ class GroupRef:
 
 
 def _pod_group(
-    meta: Mapping[str, Any], spec: Mapping[str, Any], where: Fields, namespace: str
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    spec: Mapping[str, Any],
+    where: Fields,
+    namespace: str,
 ) -> GroupRef | None:
     """The pod's group: spec.schedulingGroup.podGroupName (Kubernetes PodGroup), the
-    scheduler-plugins label, or the topo-scheduler.io/pod-group annotation, in that order."""
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    scheduler-plugins label, or the topo-scheduler.io/pod-group annotation, in that order
+    (from the labels and annotations as read)."""
     group = where.mapping(spec.get("schedulingGroup"), "spec.schedulingGroup")
     source, name = "", ""
     if group.get("podGroupName") is not None:
         path = "spec.schedulingGroup.podGroupName"
         source, name = SOURCE_KUBERNETES, where.name(group.get("podGroupName"), path)
-    elif isinstance(labels, Mapping) and labels.get(LABEL_POD_GROUP):
-        source, name = SOURCE_SCHEDULER_PLUGINS, str(labels[LABEL_POD_GROUP])
-    elif isinstance(annotations, Mapping) and annotations.get(ANNOTATION_POD_GROUP):
-        source, name = SOURCE_ANNOTATION, str(annotations[ANNOTATION_POD_GROUP])
+    elif labels.get(LABEL_POD_GROUP):
+        source, name = SOURCE_SCHEDULER_PLUGINS, labels[LABEL_POD_GROUP]
+    elif annotations.get(ANNOTATION_POD_GROUP):
+        source, name = SOURCE_ANNOTATION, annotations[ANNOTATION_POD_GROUP]
     if not source:
         return None
     path = f"metadata.annotations.{ANNOTATION_MIN_MEMBER}"
     raw = annotations.get(ANNOTATION_MIN_MEMBER)
     min_member: int | None = None
     if raw is not None:
-        text = str(raw).strip()
-        if not text.isdigit() or int(text) < 1:
-            raise where.fail(path, f"must be a positive integer, got {raw!r}")
-        min_member = int(text)
+        # ASCII digits only ("²" is a digit to str.isdigit, not to int), in int64 range
+        digits = raw.strip().lstrip("0")
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+            shown = raw if len(raw) <= 40 else f"{raw[:40]}... ({len(raw):,} characters)"
+            raise where.fail(path, f"must be a positive integer, got {shown!r}")
+        min_member = int(digits)
     elif source == SOURCE_ANNOTATION:
         raise where.fail(path, f"is required with {ANNOTATION_POD_GROUP}")
     keys = []
     for annotation in (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED):
         value = annotations.get(annotation)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
+        if value is not None and not value.strip():
             raise where.fail(f"metadata.annotations.{annotation}", "must be a node label key")
-        keys.append(value.strip() if isinstance(value, str) else None)
+        keys.append(value.strip() if value is not None else None)
     return GroupRef(source, namespace, name, min_member, keys[0], keys[1])
+
+
+_NO_STORAGE: dict[str, Any] = {"volumes": (), "resource_claims": ()}
 
 
 def _storage_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -662,6 +758,9 @@ class PodInfo:
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     # The controlling owner: (API group, kind, name), e.g. ("apps", "ReplicaSet", "web-5d8f").
     controller: tuple[str, str, str] | None = None
+    # What could not be read of a bound pod (each error names the object and field): those
+    # parts are at their neutral default; the pod still counts with every resource it holds.
+    unreadable: tuple[str, ...] = field(default=(), hash=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -674,59 +773,112 @@ class PodInfo:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
-        """Parse a Pod mapping (API JSON or YAML manifest)."""
+        """Parse a Pod mapping (API JSON or YAML manifest).
+
+        A pending pod must be readable whole (a ModelError names the first field that is
+        not). A pod bound to a node holds what it holds whatever the rest says: beyond its
+        identity and node name, every part that cannot be read is reported, recorded in
+        `unreadable` and left at its neutral default, and each resource quantity that cannot
+        be read is left out of its requests (`_readable_resources`).
+        """
         where, namespace, meta = _pod_identity(obj)
         spec = where.mapping(obj.get("spec"), "spec")
-        if spec.get("nodeName"):  # bound: it holds what can be read of it, whatever the rest
-            spec = _readable_resources(spec, where)
-        status = where.mapping(obj.get("status"), "status")
-        resources = _pod_resources(spec, where)
-        required, preferred = _node_affinity(spec, where)
-        labels = where.string_map(meta.get("labels"), "metadata.labels")
-        affinity = where.mapping(spec.get("affinity"), "spec.affinity")
-        pod_affinity = parse_pod_affinity(affinity, where, namespace, labels)
-        spread = parse_spread_constraints(
-            spec.get("topologySpreadConstraints"), where, "spec.topologySpreadConstraints"
+        node_name = where.string(spec.get("nodeName"), "spec.nodeName", "") or None
+        read = _Reader(where, lenient=node_name is not None)
+        if node_name is not None:
+            spec = _readable_resources(spec, read)
+        status: Mapping[str, Any] = read.part(
+            lambda: where.mapping(obj.get("status"), "status"), {}
+        )
+        resources = _pod_resources(spec, read)
+        required, preferred = read.part(lambda: _node_affinity(spec, where), _NO_NODE_AFFINITY)
+        labels = read.string_map(meta.get("labels"), "metadata.labels")
+        annotations = read.string_map(meta.get("annotations"), "metadata.annotations")
+        pod_affinity = read.part(
+            lambda: parse_pod_affinity(
+                where.mapping(spec.get("affinity"), "spec.affinity"), where, namespace, labels
+            ),
+            PodAffinity(),
+        )
+        spread: tuple[SpreadConstraint, ...] = read.part(
+            lambda: parse_spread_constraints(
+                spec.get("topologySpreadConstraints"), where, "spec.topologySpreadConstraints"
+            ),
+            (),
+        )
+        scheduler_name = read.part(
+            lambda: where.string(spec.get("schedulerName"), "spec.schedulerName", ""), ""
         )
         return cls(
             namespace=namespace,
             name=where.string(meta.get("name"), "metadata.name"),
             uid=where.string(meta.get("uid"), "metadata.uid", ""),
-            scheduler_name=where.string(spec.get("schedulerName"), "spec.schedulerName", "")
-            or "default-scheduler",
-            node_name=where.string(spec.get("nodeName"), "spec.nodeName", "") or None,
-            phase=where.string(status.get("phase"), "status.phase", ""),
-            priority=where.integer(spec.get("priority"), "spec.priority", 0),
+            scheduler_name=scheduler_name or "default-scheduler",
+            node_name=node_name,
+            priority=read.part(lambda: where.integer(spec.get("priority"), "spec.priority", 0), 0),
             requests=resources.requests,
             non_zero_cpu=resources.non_zero_cpu,
             non_zero_memory=resources.non_zero_memory,
             host_ports=resources.host_ports,
             images=resources.images,
-            tolerations=_tolerations(spec, where),
+            tolerations=read.part(lambda: _tolerations(spec, where), ()),
             node_selector=tuple(
-                sorted(where.string_map(spec.get("nodeSelector"), "spec.nodeSelector").items())
+                sorted(read.string_map(spec.get("nodeSelector"), "spec.nodeSelector").items())
             ),
             required_affinity=required,
             preferred_affinity=preferred,
             labels=labels,
-            annotations=where.string_map(meta.get("annotations"), "metadata.annotations"),
+            annotations=annotations,
             best_effort=resources.best_effort,
-            creation_timestamp=_timestamp(
-                meta.get("creationTimestamp"), where, "metadata.creationTimestamp"
+            creation_timestamp=read.part(
+                lambda: _timestamp(
+                    meta.get("creationTimestamp"), where, "metadata.creationTimestamp"
+                ),
+                None,
             )
             or 0.0,
-            deletion_timestamp=_timestamp(
-                meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp"
+            deletion_timestamp=read.part(
+                lambda: _timestamp(
+                    meta.get("deletionTimestamp"), where, "metadata.deletionTimestamp"
+                ),
+                None,
             ),
-            scheduling_gates=_scheduling_gates(spec, where),
+            scheduling_gates=read.part(lambda: _scheduling_gates(spec, where), ()),
             resource_version=str(meta.get("resourceVersion") or ""),
             container_count=resources.container_count,
-            pod_group=_pod_group(meta, spec, where, namespace),
-            **_storage_fields(obj),
-            **_preemption_fields(spec, status, where),
+            pod_group=read.part(
+                lambda: _pod_group(labels, annotations, spec, where, namespace), None
+            ),
+            **read.part(lambda: _storage_fields(obj), _NO_STORAGE),
+            **_preemption_fields(spec, read),
+            **_status_fields(status, read),
             pod_affinity=pod_affinity,
             spread_constraints=spread,
-            controller=_controller(meta, where),
+            controller=read.part(lambda: _controller(meta, where), None),
+            unreadable=tuple(read.unreadable),
+        )
+
+    def updated(self, obj: Mapping[str, Any]) -> PodInfo:
+        """This pod after an update that changed at most spec.nodeName, its status and
+        annotations other than the pod-group ones (the caller checks that): those are read
+        again, as `from_object` reads them, and the rest is kept. A pod that had unreadable
+        parts is read again whole (what was left out may have been fixed)."""
+        where, _, meta = _pod_identity(obj)
+        spec = where.mapping(obj.get("spec"), "spec")
+        node_name = where.string(spec.get("nodeName"), "spec.nodeName", "") or None
+        if self.unreadable or where.string(meta.get("uid"), "metadata.uid", "") != self.uid:
+            return PodInfo.from_object(obj)
+        read = _Reader(where, lenient=node_name is not None)
+        status: Mapping[str, Any] = read.part(
+            lambda: where.mapping(obj.get("status"), "status"), {}
+        )
+        return dataclasses.replace(
+            self,
+            node_name=node_name,
+            annotations=read.string_map(meta.get("annotations"), "metadata.annotations"),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            **_status_fields(status, read),
+            unreadable=tuple(read.unreadable),
         )
 
 
@@ -761,25 +913,11 @@ def _pod_identity(obj: Any) -> tuple[Fields, str, Mapping[str, Any]]:
     return where, namespace, meta
 
 
-_log = logging.getLogger("topo_scheduler.core.model")
-_REPORTED: dict[str, None] = {}
-_REPORTED_MAX = 4096
-
-
-def _report_once(message: str) -> None:
-    """Log an unreadable part of a bound pod once (the last few thousand are remembered)."""
-    if message in _REPORTED:
-        return
-    if len(_REPORTED) >= _REPORTED_MAX:
-        del _REPORTED[next(iter(_REPORTED))]
-    _REPORTED[message] = None
-    _log.warning("%s; the bound pod holds the rest of its resources", message)
-
-
-def _readable_resources(spec: Mapping[str, Any], where: Fields) -> Mapping[str, Any]:
+def _readable_resources(spec: Mapping[str, Any], read: _Reader) -> Mapping[str, Any]:
     """A bound pod's spec with every resource quantity that cannot be read left out (and
-    logged once): the node still counts its cpu, memory, pods and GPUs, not nothing. A
+    reported): the node still counts its cpu, memory, pods and GPUs, not nothing. A
     resource whose amounts add up beyond the bound is left out everywhere."""
+    where = read.where
     drop: set[str] = set()
     totals: Amounts = {}
 
@@ -793,7 +931,7 @@ def _readable_resources(spec: Mapping[str, Any], where: Fields) -> Mapping[str, 
             try:
                 amounts = _quantities({name: quantity}, where, path)
             except ModelError as exc:
-                _report_once(f"{exc} (left out)")
+                read.report(str(exc))
                 continue
             _add(totals, amounts)
             kept[name] = quantity
@@ -831,7 +969,7 @@ def _readable_resources(spec: Mapping[str, Any], where: Fields) -> Mapping[str, 
         if not large:
             return out
         for name in sorted(large):
-            _report_once(f"{where.prefix}spec: {name} adds up beyond 2^53-1 (left out)")
+            read.report(f"{where.prefix}spec: {name} adds up beyond 2^53-1")
         drop |= large
 
 
@@ -846,22 +984,40 @@ class _PodResources:
     container_count: int
 
 
-def _pod_resources(spec: Mapping[str, Any], where: Fields) -> _PodResources:
+def _containers(spec: Mapping[str, Any], read: _Reader, group: str) -> list[_Container]:
+    """spec.containers or spec.initContainers; leniently, a container that is not even a
+    mapping is left out (nothing of it can be read)."""
+    where = read.where
+    items: list[Any] = read.part(lambda: where.list(spec.get(group), f"spec.{group}"), [])
+    out = []
+    for i, raw in enumerate(items):
+        path = f"spec.{group}[{i}]"
+        c = read.part(lambda: _container(raw, read, path, init=group == "initContainers"), None)  # noqa: B023
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def _pod_resources(spec: Mapping[str, Any], read: _Reader) -> _PodResources:
     """What the pod's containers ask for, as kube's scheduler counts it."""
-    containers = [
-        _container(c, where, f"spec.containers[{i}]", init=False)
-        for i, c in enumerate(where.list(spec.get("containers"), "spec.containers"))
-    ]
-    init_containers = [
-        _container(c, where, f"spec.initContainers[{i}]", init=True)
-        for i, c in enumerate(where.list(spec.get("initContainers"), "spec.initContainers"))
-    ]
-    pod_resources = where.mapping(spec.get("resources"), "spec.resources")
-    pod_level = {
-        **_quantities(pod_resources.get("limits"), where, "spec.resources.limits"),
-        **_quantities(pod_resources.get("requests"), where, "spec.resources.requests"),
+    where = read.where
+    containers = _containers(spec, read, "containers")
+    init_containers = _containers(spec, read, "initContainers")
+    pod_resources: Mapping[str, Any] = read.part(
+        lambda: where.mapping(spec.get("resources"), "spec.resources"), {}
+    )
+    pod_level: Amounts = {
+        **read.part(
+            lambda: _quantities(pod_resources.get("limits"), where, "spec.resources.limits"), {}
+        ),
+        **read.part(
+            lambda: _quantities(pod_resources.get("requests"), where, "spec.resources.requests"),
+            {},
+        ),
     }
-    overhead = _quantities(spec.get("overhead"), where, "spec.overhead")
+    overhead: Amounts = read.part(
+        lambda: _quantities(spec.get("overhead"), where, "spec.overhead"), {}
+    )
     # Summed exactly and rounded once per resource, as kube rounds the pod's total.
     requests = _pod_requests(containers, init_containers, pod_level, overhead)
     for resource, total in requests.items():
@@ -945,6 +1101,9 @@ def _node_affinity(
     return required, tuple(preferred)
 
 
+_NO_NODE_AFFINITY: tuple[NodeSelector | None, tuple[PreferredTerm, ...]] = (None, ())
+
+
 def _scheduling_gates(spec: Mapping[str, Any], where: Fields) -> tuple[str, ...]:
     gates = where.list(spec.get("schedulingGates"), "spec.schedulingGates")
     return tuple(
@@ -960,39 +1119,56 @@ def _scheduling_gates(spec: Mapping[str, Any], where: Fields) -> tuple[str, ...]
 PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 
 
-def _preemption_fields(
-    spec: Mapping[str, Any], status: Mapping[str, Any], where: Fields
-) -> dict[str, Any]:
-    """What priority and preemption read of a pod: its PriorityClass, policy, nomination,
-    start time and whether the scheduler is preempting it (kube's DisruptionTarget
-    condition with reason PreemptionByScheduler)."""
-    policy = where.string(spec.get("preemptionPolicy"), "spec.preemptionPolicy", "")
-    if policy and policy not in PREEMPTION_POLICIES:
-        raise where.fail(
-            "spec.preemptionPolicy",
-            f'Unsupported value: "{policy}": supported values: "Never", "PreemptLowerPriority"',
-        )
-    preempted = False
-    for i, raw in enumerate(where.list(status.get("conditions"), "status.conditions")):
-        cond = where.mapping(raw, f"status.conditions[{i}]")
-        if (
-            cond.get("type") == "DisruptionTarget"
-            and cond.get("status") == "True"
-            and cond.get("reason") == "PreemptionByScheduler"
-        ):
-            preempted = True
+def _preemption_fields(spec: Mapping[str, Any], read: _Reader) -> dict[str, Any]:
+    """What priority and preemption read of a pod's spec: its PriorityClass and policy."""
+    where = read.where
+
+    def policy() -> str:
+        value = where.string(spec.get("preemptionPolicy"), "spec.preemptionPolicy", "")
+        if value and value not in PREEMPTION_POLICIES:
+            raise where.fail(
+                "spec.preemptionPolicy",
+                f'Unsupported value: "{value}": supported values: "Never", "PreemptLowerPriority"',
+            )
+        return value
+
     return {
-        "priority_class_name": where.string(
-            spec.get("priorityClassName"), "spec.priorityClassName", ""
+        "priority_class_name": read.part(
+            lambda: where.string(spec.get("priorityClassName"), "spec.priorityClassName", ""), ""
         ),
         "priority_set": spec.get("priority") is not None,
-        "preemption_policy": policy or "PreemptLowerPriority",
-        "nominated_node_name": where.string(
-            status.get("nominatedNodeName"), "status.nominatedNodeName", ""
-        )
-        or None,
-        "start_time": _timestamp(status.get("startTime"), where, "status.startTime"),
-        "preempted": preempted,
+        "preemption_policy": read.part(policy, "") or "PreemptLowerPriority",
+    }
+
+
+def _status_fields(status: Mapping[str, Any], read: _Reader) -> dict[str, Any]:
+    """What the scheduler reads of a pod's status besides its phase: the nomination, the
+    start time and whether the scheduler is preempting it (kube's DisruptionTarget condition
+    with reason PreemptionByScheduler)."""
+    where = read.where
+
+    def preempted() -> bool:
+        found = False
+        for i, raw in enumerate(where.list(status.get("conditions"), "status.conditions")):
+            cond = where.mapping(raw, f"status.conditions[{i}]")
+            if (
+                cond.get("type") == "DisruptionTarget"
+                and cond.get("status") == "True"
+                and cond.get("reason") == "PreemptionByScheduler"
+            ):
+                found = True
+        return found
+
+    nominated = read.part(
+        lambda: where.string(status.get("nominatedNodeName"), "status.nominatedNodeName", ""), ""
+    )
+    return {
+        "phase": read.part(lambda: where.string(status.get("phase"), "status.phase", ""), ""),
+        "nominated_node_name": nominated or None,
+        "start_time": read.part(
+            lambda: _timestamp(status.get("startTime"), where, "status.startTime"), None
+        ),
+        "preempted": read.part(preempted, False),
     }
 
 

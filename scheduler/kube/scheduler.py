@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import time
@@ -535,39 +534,47 @@ class KubeScheduler(CycleHooks):
         annotations only; re-parsing containers and quantities for them is the costly part.
         """
         md = obj.get("metadata") or {}
+        # `prev` is the parse of `old`: an event whose object could not be read drops it
+        # (`_pods_upsert`), so an unreadable version in between is never skipped over.
         prev = self.infos.get(f"{md.get('namespace') or 'default'}/{md.get('name')}")
         if old is not None and prev is not None and prev.uid == md.get("uid"):
             spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
             old_md = old.get("metadata") or {}
-            annotations = md.get("annotations") or {}
+            annotations, old_annotations = md.get("annotations"), old_md.get("annotations")
             if (
                 {k: v for k, v in spec.items() if k != "nodeName"}
                 == {k: v for k, v in old_spec.items() if k != "nodeName"}
                 and md.get("labels") == old_md.get("labels")
                 and md.get("deletionTimestamp") == old_md.get("deletionTimestamp")
-                and _same_group_annotations(annotations, old_md.get("annotations") or {})
+                and isinstance(annotations or {}, dict)
+                and isinstance(old_annotations or {}, dict)
+                and _same_group_annotations(annotations or {}, old_annotations or {})
                 # the ResourceClaims made for the pod from templates are named in its status
                 and (obj.get("status") or {}).get("resourceClaimStatuses")
                 == (old.get("status") or {}).get("resourceClaimStatuses")
-                and all(isinstance(v, str) for v in annotations.values())
-                and isinstance(spec.get("nodeName") or "", str)
-                and isinstance((obj.get("status") or {}).get("phase") or "", str)
             ):
-                return dataclasses.replace(
-                    prev,
-                    node_name=spec.get("nodeName") or None,
-                    phase=(obj.get("status") or {}).get("phase") or "",
-                    annotations=dict(annotations),
-                    resource_version=str(md.get("resourceVersion") or ""),
-                )
+                # node name, phase, annotations and the status fields read again, as
+                # strictly as a whole parse reads them (a ModelError when they cannot be)
+                return prev.updated(obj)
         return PodInfo.from_object(obj)
 
     def _pods_upsert(self, obj: Obj, old: Obj | None) -> None:
         try:
             pod = self._parse_pod(obj, old)
         except ModelError as exc:
-            log.error("pod not understood", error=str(exc))
+            # Only a pending pod (or one whose name or node cannot be read) gets here: a bound
+            # pod is read with what can be read. Nothing is scheduled on a stale copy: the pod
+            # leaves the queue and its nomination, and its last parse is dropped (no fast path
+            # from it); it comes back in when an update makes it readable.
             md = obj.get("metadata") or {}
+            key = f"{md.get('namespace') or 'default'}/{md.get('name')}"
+            log.error("pod not understood", pod=key, error=str(exc))
+            stale = self.infos.pop(key, None)
+            if stale is not None:
+                self.groups.cycle.forget(stale)
+            if not (obj.get("spec") or {}).get("nodeName"):  # a bound one keeps counting
+                self.queue.delete(key)
+                self.cycle.forget_nomination(key)
             if eligible(obj, self.names):
                 ref = ObjectRef(
                     "Pod", str(md.get("namespace")), str(md.get("name")), str(md.get("uid") or "")
@@ -575,7 +582,19 @@ class KubeScheduler(CycleHooks):
                 self.recorder.record(ref, "Warning", "FailedScheduling", "Scheduling", str(exc))
             return
         key = pod.key
+        prev = self.infos.get(key)
         self.infos[key] = pod
+        # one of ours, bound, with parts that cannot be read (logged by the model): an event
+        # on the pod when what cannot be read changes, not on every status update
+        if (
+            pod.unreadable
+            and pod.scheduler_name in self.names
+            and (prev is None or prev.uid != pod.uid or prev.unreadable != pod.unreadable)
+        ):
+            ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+            left_out = "; ".join(pod.unreadable)
+            note = f"Counted on {pod.node_name} with what can be read, without: {left_out}"
+            self.recorder.record(ref, "Warning", "Unreadable", "Scheduling", note)
         if pod.node_name:
             self.groups.cycle.observe(pod)  # a bound member counts for its group
             was_terminal = old is not None and (old.get("status") or {}).get("phase") in (
@@ -644,17 +663,29 @@ class KubeScheduler(CycleHooks):
         try:
             node = NodeInfo.from_object(obj)
         except ModelError as exc:
-            log.error("node not understood", error=str(exc))
+            # Not scheduled onto from a stale copy, nor from a guess at the part that cannot
+            # be read (a taint, a label): the node takes no pods until it can be read, while
+            # the pods bound to it still count (its slot is not live, as a deleted node's).
+            name = (obj.get("metadata") or {}).get("name")
+            if not isinstance(name, str) or not name:
+                log.error("node not understood", error=str(exc))
+                return
+            if self.cache.unreadable_nodes.get(name) != str(exc):  # once, not per heartbeat
+                log.error("node not understood, no pod is placed on it", node=name, error=str(exc))
+            self.cache.set_unreadable_node(name, str(exc))
             return
         snapshot = self.cache.snapshot
         slot = snapshot.slot(node.name)
         gpus = self.cache.gpus
         problem_before = gpus.problem[slot] if slot is not None else None
+        was_unreadable = node.name in self.cache.unreadable_nodes
+        if was_unreadable:
+            log.info("node readable again", node=node.name)
         self.cache.add_node(node)
         problem = gpus.problem[snapshot.index[node.name]]
         if problem and problem != problem_before:  # once per new problem, not per heartbeat
             log.warning("GPU annotation invalid, node is count-only", node=node.name, error=problem)
-        if old is None:
+        if old is None or was_unreadable:
             self.queue.move_all(ClusterEvent.NODE_ADD)
         else:
             before, after = _node_signature(old), _node_signature(obj)

@@ -192,12 +192,21 @@ class GpuState:
         if chosen:  # newer than the pod's annotation, which an earlier attempt may have left
             return chosen
         recorded = pod.annotations.get(ANNOTATION_GPUS)
-        if recorded is not None:
-            try:
-                return parse_gpu_indices(recorded, pod=pod.key)
-            except TopologyError:
-                pass  # an unreadable record is no record
-        return None
+        if recorded is None:
+            return None
+        try:
+            gpus = parse_gpu_indices(recorded, pod=pod.key)
+        except TopologyError:
+            return None  # an unreadable record is no record
+        # Nor is one that cannot be the pod's: another count of GPUs than it holds, or GPUs
+        # the node does not have. The pod is then guessed like an unrecorded one, and its
+        # count is held against the node either way.
+        topology = self.topology[slot]
+        if len(gpus) != self.count(pod) or (
+            topology is not None and any(index >= topology.size for index in gpus)
+        ):
+            return None
+        return gpus
 
     def resolve(self, slot: int, holders: Iterable[Holder]) -> set[str]:
         """Recompute which GPUs each GPU pod on a slot holds (after a pod or node change);
