@@ -463,8 +463,8 @@ class Scheduler:
         if result.outcome is BindOutcome.GONE:  # the pod was deleted
             if same_pod:
                 self.queue.delete(pod.key)
-        elif same_pod and self.groups is not None and self.groups.requeue_now(self, pod):
-            requeued = True  # others of its group are bound: no backoff
+        elif same_pod and self.groups is not None and pod.pod_group is not None:
+            requeued = self.groups.retry(self, pod)  # backoff, with its group's priority
         elif same_pod:
             # as kube-scheduler, every other failure (a 409 too) is retried after backoff;
             # the watch drops the pod from the queue if someone else really bound it

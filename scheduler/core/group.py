@@ -27,8 +27,14 @@ The group cycle (`GroupCycle.schedule`), run when any member is popped:
    group's message once, e.g. ``pod group ml/llama: 3/4 pods fit; 0/12 nodes are available
    for the 4th: 8 Insufficient nvidia.com/gpu.``. The members back off together (one attempt
    count, one backoff).
-4. A binding that fails after others of the group were bound puts its pod straight back in
-   the active queue, with the group's priority.
+4. A binding that fails backs off as any pod's does (the queue's podInitialBackoffSeconds
+   doubling to podMaxBackoffSeconds); when others of the group are bound it keeps the group's
+   priority.
+
+A PodGroup object that cannot be read (`GroupError`, naming the field) drops the group's spec:
+its members wait with the reason, never placed on a stale copy (`GroupCycle.set_unreadable`).
+When a PodGroup changes, becomes unreadable or is deleted, `GroupCycle.reconcile` retries its
+pending members under what the group now is and reports its bound ones.
 
 A domain: for a required level, the group goes to one domain of it or nowhere; for a preferred
 one, to the narrowest level that has a domain holding every pending member, walking up to the
@@ -40,6 +46,7 @@ score; the choice is explained (`GroupOutcome.domain_note`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +76,7 @@ from scheduler.core.framework import (
 from scheduler.core.model import (
     ANNOTATION_TOPOLOGY_PREFERRED,
     ANNOTATION_TOPOLOGY_REQUIRED,
+    MAX_AMOUNT,
     SOURCE_ANNOTATION,
     SOURCE_KUBERNETES,
     SOURCE_SCHEDULER_PLUGINS,
@@ -76,7 +84,7 @@ from scheduler.core.model import (
     PodInfo,
 )
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
-from scheduler.core.queue import QueuedPod, Where
+from scheduler.core.queue import ClusterEvent, QueuedPod, Where
 from scheduler.core.topology.schema import ANNOTATION_PLACEMENT
 
 __all__ = [
@@ -84,6 +92,7 @@ __all__ = [
     "GroupError",
     "GroupOutcome",
     "GroupSpec",
+    "Reconciled",
     "kubernetes_group",
     "ordinal",
     "scheduler_plugins_group",
@@ -96,6 +105,17 @@ GroupId = tuple[str, str]  # (source, "namespace/name")
 class GroupError(FieldError):
     """A PodGroup object that cannot be read; the message names it and the field."""
 
+    @property
+    def detail(self) -> str:
+        """The message without the object: ``<field path>: <problem>``."""
+        head, sep, rest = str(self).partition(": ")
+        return rest if sep and head.startswith("PodGroup ") else str(self)
+
+    @property
+    def field(self) -> str:
+        """The field path that cannot be read."""
+        return self.detail.partition(": ")[0]
+
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
@@ -105,7 +125,7 @@ class GroupSpec:
     namespace: str
     name: str
     min_member: int
-    timeout: float | None = None  # scheduleTimeoutSeconds
+    timeout: float | None = None  # scheduleTimeoutSeconds (0: no wait)
     required: str | None = None  # node label key: one domain of it or nothing
     preferred: str | None = None  # node label key: the narrowest domain holding the group
     min_resources: Mapping[str, int] = field(default_factory=dict)
@@ -118,6 +138,41 @@ class GroupSpec:
     @property
     def id(self) -> GroupId:
         return (self.source, self.key)
+
+
+INT32_MAX = 2**31 - 1  # the PodGroup APIs' integers are int32 (Go's decoder refuses more)
+
+# apimachinery's IsQualifiedName, the syntax of a node label key: [prefix/]name
+_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_key(where: Fields, value: Any, path: str) -> str:
+    """A node label key (a topology level), with apimachinery's syntax."""
+    if not isinstance(value, str) or not value.strip():
+        raise where.fail(path, f"must be a node label key, got {value!r}")
+    key = value.strip()
+    prefix, slash, name = key.rpartition("/")
+    valid = 0 < len(name) <= 63 and _NAME_PART.fullmatch(name) is not None
+    if slash:
+        valid = valid and 0 < len(prefix) <= 253
+        valid = valid and _DNS1123_SUBDOMAIN.fullmatch(prefix) is not None
+    if not valid:
+        raise where.fail(path, f"must be a node label key ([prefix/]name), got {value!r}")
+    return key
+
+
+def _int32(where: Fields, value: Any, path: str, minimum: int) -> int | None:
+    """An optional int32 of at least `minimum` (None when absent)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise where.fail(path, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise where.fail(path, f"must be >= {minimum}, got {value}")
+    if value > INT32_MAX:
+        raise where.fail(path, f"must be <= {INT32_MAX} (int32), got {value}")
+    return value
 
 
 def _where(obj: Mapping[str, Any]) -> tuple[Fields, Mapping[str, Any], str, str]:
@@ -136,26 +191,35 @@ def _topology_annotations(where: Fields, meta: Mapping[str, Any]) -> tuple[str |
     keys = []
     for annotation in (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED):
         value = annotations.get(annotation)
-        if value is not None and not value.strip():
-            raise where.fail(f"metadata.annotations.{annotation}", "must be a node label key")
-        keys.append(value.strip() if value is not None else None)
+        path = f"metadata.annotations.{annotation}"
+        keys.append(_label_key(where, value, path) if value is not None else None)
     return tuple(keys)
 
 
 def scheduler_plugins_group(obj: Mapping[str, Any]) -> GroupSpec:
-    """A scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`)."""
+    """A scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`), read as scheduler-plugins
+    reads it where its CRD accepts a value: `minMember: 0` is Go's zero value, the same as no
+    minMember (a group of one); `scheduleTimeoutSeconds: 0` is a zero wait (coscheduling's
+    GetWaitTimeDuration): the group is past its timeout from its first failed attempt. Negative
+    values, numbers beyond int32 and quantities that do not parse are errors naming the field."""
     where, meta, namespace, name = _where(obj)
     spec = where.mapping(obj.get("spec"), "spec")
-    min_member = where.integer(spec.get("minMember"), "spec.minMember", 1, minimum=1)
-    timeout = where.optional_integer(
-        spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", minimum=1
-    )
+    min_member = _int32(where, spec.get("minMember"), "spec.minMember", 0) or 1
+    path = "spec.scheduleTimeoutSeconds"
+    timeout = _int32(where, spec.get("scheduleTimeoutSeconds"), path, 0)
     resources: dict[str, int] = {}
     for resource, raw in where.mapping(spec.get("minResources"), "spec.minResources").items():
+        path = f"spec.minResources.{resource}"
         try:
-            resources[str(resource)] = to_units(str(resource), parse_quantity(str(raw)))
+            amount = parse_quantity(raw)
+            units = to_units(str(resource), amount)
         except (QuantityError, ValueError) as exc:
-            raise where.fail(f"spec.minResources.{resource}", str(exc)) from None
+            raise where.fail(path, str(exc)) from None
+        if amount < 0:
+            raise where.fail(path, f"must not be negative, got {raw!r}")
+        if units >= MAX_AMOUNT:
+            raise where.fail(path, f"must be below 2^53 units, got {raw!r}")
+        resources[str(resource)] = units
     required, preferred = _topology_annotations(where, meta)
     return GroupSpec(
         SOURCE_SCHEDULER_PLUGINS,
@@ -180,14 +244,16 @@ def kubernetes_group(obj: Mapping[str, Any]) -> GroupSpec:
     min_count = 1
     if policy.get("gang") is not None:
         path = "spec.schedulingPolicy.gang.minCount"
-        min_count = where.integer(gang.get("minCount"), path, minimum=1)
+        if gang.get("minCount") is None:
+            raise where.fail(path, "is required")
+        min_count = _int32(where, gang.get("minCount"), path, 1) or 1
     constraints = where.mapping(spec.get("schedulingConstraints"), "spec.schedulingConstraints")
     topology = where.list(constraints.get("topology"), "spec.schedulingConstraints.topology")
     required, preferred = _topology_annotations(where, meta)
     if topology:
         path = "spec.schedulingConstraints.topology[0]"
         first = where.mapping(topology[0], path)
-        required = where.name(first.get("key"), f"{path}.key")
+        required = _label_key(where, first.get("key"), f"{path}.key")
     return GroupSpec(
         SOURCE_KUBERNETES,
         namespace,
@@ -228,6 +294,15 @@ class _Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What `GroupCycle.reconcile` did, for the log."""
+
+    bound: tuple[str, ...]  # members bound (or assumed), left as they are
+    pending: tuple[str, ...]  # members waiting in the queue, tried again
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
 class GroupOutcome:
     """What one group cycle did: for events, PodGroup status, explain and the simulator."""
 
@@ -260,6 +335,8 @@ class GroupCycle:
         self.started: dict[GroupId, float] = {}  # first attempt of the current wait
         self.served: set[str] = {SOURCE_ANNOTATION}  # sources whose objects we can see
         self.last: dict[GroupId, GroupOutcome] = {}
+        # PodGroup objects that cannot be read: why (`<field>: <problem>`); no spec meanwhile
+        self.unreadable: dict[GroupId, str] = {}
 
     # ------------------------------------------------------------------ the front end's feed
 
@@ -285,11 +362,68 @@ class GroupCycle:
 
     def set_spec(self, spec: GroupSpec) -> None:
         self.specs[spec.id] = spec
+        self.unreadable.pop(spec.id, None)
+
+    def set_unreadable(self, source: str, key: str, problem: str) -> bool:
+        """The group's PodGroup object cannot be read (`problem`: the field and why): its
+        previous spec is dropped, so no member is placed on a stale copy, and its members
+        wait with the problem. True when the problem is new (to be reported)."""
+        gid = (source, key)
+        self.specs.pop(gid, None)
+        new = self.unreadable.get(gid) != problem
+        self.unreadable[gid] = problem
+        return new
 
     def remove_spec(self, source: str, key: str) -> None:
         self.specs.pop((source, key), None)
+        self.unreadable.pop((source, key), None)
         self.started.pop((source, key), None)
         self.last.pop((source, key), None)
+
+    def reconcile(
+        self, sched: Scheduler, source: str, key: str, *, report: bool = True
+    ) -> Reconciled:
+        """The group's PodGroup changed, became unreadable or was deleted: its pending
+        members that wait are tried again under what the group now is (their backoff
+        honoured); when none is pending, its status is reported from the members bound
+        (when `report`: not for a PodGroup first seen).
+
+        Without a readable PodGroup, as scheduler-plugins' coscheduling (its Permit rejects a
+        pod whose PodGroup is not found): members already bound stay bound, pending ones
+        wait as unschedulable with the reason until the PodGroup is back."""
+        gid = (source, key)
+        members = self.members.get(gid, {})
+        bound = tuple(sorted(k for k, p in members.items() if _in_cache(sched, p)))
+        pending = tuple(sorted(k for k in members if k not in bound and k in sched.queue))
+        sched.queue.move_keys(pending, ClusterEvent.CONFIG_CHANGE)
+        spec = self.specs.get(gid)
+        if spec is None:
+            reason = "cannot be read" if gid in self.unreadable else "is gone"
+            action = (
+                f"PodGroup {reason}: {len(bound)} bound member(s) left bound, "
+                f"{len(pending)} pending member(s) wait until it is back"
+            )
+            return Reconciled(bound, pending, action)
+        missing = spec.min_member - len(bound)
+        action = f"{len(bound)} bound, {len(pending)} pending member(s) under minMember "
+        action += str(spec.min_member)
+        if report and not pending and bound:  # no group cycle will run: report the bound
+            placed = [members[k] for k in bound]
+            message = None
+            if missing > 0:
+                pods = "pod" if missing == 1 else "pods"
+                message = f"waiting for {missing} more {pods} of pod group {spec.key}"
+            self._report(
+                GroupOutcome(
+                    spec,
+                    _member_map([], placed, sched),
+                    missing <= 0,
+                    missing > 0,
+                    len(bound),
+                    message,
+                )
+            )
+        return Reconciled(bound, pending, action)
 
     def spec_for(self, ref: GroupRef, pods: list[PodInfo]) -> GroupSpec | str:
         """The group's spec, or why there is none (its PodGroup object is not there). The
@@ -312,24 +446,25 @@ class GroupCycle:
             kind = f"PodGroup.{ref.source}"
             if ref.source not in self.served:
                 return f"{kind} is not served by the API server"
+            problem = self.unreadable.get((ref.source, ref.key))
+            if problem is not None:
+                return f"{kind} {ref.key} cannot be read: {problem}"
             return f"{kind} {ref.key} not found"
         if spec.required is None and spec.preferred is None and (required or preferred):
             spec = dataclasses.replace(spec, required=required, preferred=preferred)
         return spec
 
-    def requeue_now(self, sched: Scheduler, pod: PodInfo) -> bool:
-        """A member's binding failed: when others of its group are bound, it goes straight
-        back to the active queue with the group's priority (True); else the usual backoff."""
+    def retry(self, sched: Scheduler, pod: PodInfo) -> bool:
+        """A member's binding failed: it backs off as every pod does (the queue's backoff:
+        podInitialBackoffSeconds doubling up to podMaxBackoffSeconds), with the group's
+        priority when others of its group are bound. Whether it was requeued."""
         ref = pod.pod_group
-        if ref is None:
-            return False
-        gid = (ref.source, ref.key)
-        members = self.members.get(gid, {})
-        placed = [k for k, p in members.items() if k != pod.key and _in_cache(sched, p)]
-        if not placed:
-            return False
-        priority = max([pod.priority, *(p.priority for p in members.values())])
-        return sched.queue.activate(pod.key, priority)
+        priority = None
+        if ref is not None:
+            members = self.members.get((ref.source, ref.key), {})
+            if any(k != pod.key and _in_cache(sched, p) for k, p in members.items()):
+                priority = max([pod.priority, *(p.priority for p in members.values())])
+        return sched.queue.retry(pod.key, priority)
 
     # ------------------------------------------------------------------ the group cycle
 
@@ -370,6 +505,8 @@ class GroupCycle:
         spec = self.spec_for(ref, [q.pod for q in pending] + placed)
         if isinstance(spec, str):
             message = f"pod group {ref.key}: {spec}"
+            if placed:
+                message += f"; {len(placed)} of its pods are bound, the others wait for it"
             return [self._park(sched, popped, message, start)]
         now = self._now(sched)
         first = self.started.setdefault(gid, now)
@@ -417,7 +554,7 @@ class GroupCycle:
             suffix = sched.preempt_for_group(pending[0].pod, [q.pod for q in pending[1:]])
             if suffix:
                 message = f"{message} {suffix}"
-        timed_out = spec.timeout is not None and now - first > spec.timeout
+        timed_out = spec.timeout is not None and now - first >= spec.timeout
         if timed_out:
             message += f"; unscheduled longer than its scheduleTimeoutSeconds ({spec.timeout:g}s)"
         attempts = max(q.attempts for q in pending)
@@ -522,6 +659,8 @@ class GroupCycle:
                 f"pod group {spec.key}: no {level} domain holds {need} pods of the group "
                 f"(topology-required {spec.required})"
             )
+            if not index.values:  # an unknown key (a typo, or nodes not yet labelled)
+                message += f": no node has the label {spec.required}"
             if best is not None:
                 message += f"; best try: {self._message(spec, best, len(pending), need)}"
             return _Attempt([], []), None, message

@@ -18,7 +18,7 @@ import enum
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -215,11 +215,15 @@ class SchedulingQueue(Generic[T]):
             self._unschedulable[key] = None
         return True
 
-    def retry(self, key: str) -> bool:
-        """An in-flight pod hit an error (bind failed, API error): retry after its backoff."""
+    def retry(self, key: str, priority: int | None = None) -> bool:
+        """An in-flight pod hit an error (bind failed, API error): retry after its backoff,
+        optionally with another priority (a pod group member's: the group's). Every retry
+        goes through here or `unschedulable`: nothing goes back to active without backoff."""
         qp = self._pods.get(key)
         if qp is None or self._where[key] is not Where.IN_FLIGHT:
             return False
+        if priority is not None:
+            qp.priority = priority
         qp.enqueued = self._clock()
         self._to_backoff(qp)
         return True
@@ -239,19 +243,6 @@ class SchedulingQueue(Generic[T]):
         self._where[key] = Where.IN_FLIGHT
         return qp
 
-    def activate(self, key: str, priority: int | None = None) -> bool:
-        """An in-flight pod goes straight back to active, without backoff (a pod group's
-        member whose binding failed after others of its group were bound), optionally with
-        another priority (the group's)."""
-        qp = self._pods.get(key)
-        if qp is None or self._where[key] is not Where.IN_FLIGHT:
-            return False
-        if priority is not None:
-            qp.priority = priority
-        qp.backoff_until = 0.0
-        self._to_active(qp)
-        return True
-
     def move_all(self, event: ClusterEvent, *, except_key: str | None = None) -> int:
         """A cluster event that may help: every unschedulable pod goes back (backoff honoured),
         but `except_key` (the pod whose own failure caused the event)."""
@@ -266,6 +257,15 @@ class SchedulingQueue(Generic[T]):
         the unschedulable pods for which `helps(pod)` holds go back (backoff honoured)."""
         self._moves += 1
         moved = [key for key in self._unschedulable if helps(self._pods[key].pod)]
+        for key in moved:
+            self._to_active_or_backoff(self._pods[key])
+        return len(moved)
+
+    def move_keys(self, keys: Iterable[str], event: ClusterEvent) -> int:
+        """A cluster event that concerns only these pods (their pod group's object changed):
+        those that are unschedulable go back (backoff honoured)."""
+        self._moves += 1
+        moved = [key for key in keys if key in self._unschedulable]
         for key in moved:
             self._to_active_or_backoff(self._pods[key])
         return len(moved)

@@ -15,6 +15,15 @@ Status, written after each group cycle when it changed:
   (scheduler-plugins' controller, when it runs).
 - Kubernetes PodGroup: the `PodGroupInitiallyScheduled` condition (False with the group's
   message while it does not fit, True once it did).
+
+A status write that fails is retried with the queue's backoff (podInitialBackoffSeconds
+doubling to podMaxBackoffSeconds) while it is still the latest status of a group still there.
+
+A PodGroup that cannot be read is reported as such: an error log naming the field, a Warning
+`InvalidPodGroup` event on it, and (Kubernetes PodGroup) the condition False with reason
+`InvalidPodGroup`; its old spec is dropped and its members wait with the reason. A PodGroup
+that changes, becomes unreadable or is deleted is reconciled with its members
+(`GroupCycle.reconcile`), and the log says what was done.
 """
 
 from __future__ import annotations
@@ -38,9 +47,8 @@ from scheduler.core.group import (
     scheduler_plugins_group,
 )
 from scheduler.core.model import SOURCE_KUBERNETES, SOURCE_SCHEDULER_PLUGINS
-from scheduler.core.queue import ClusterEvent
 from scheduler.kube.client import MERGE_PATCH, ApiError
-from scheduler.kube.events import rfc3339
+from scheduler.kube.events import ObjectRef, rfc3339
 from scheduler.kube.informer import Reflector
 
 if TYPE_CHECKING:
@@ -50,6 +58,7 @@ Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
 
 CONDITION_SCHEDULED = "PodGroupInitiallyScheduled"
+REASON_INVALID = "InvalidPodGroup"  # event and condition reason: the PodGroup cannot be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +90,12 @@ class _Handler:
         self.owner.upsert(self.kind, obj, old)
 
     def on_delete(self, obj: Obj) -> None:
-        md = obj.get("metadata") or {}
-        self.owner.cycle.remove_spec(self.kind.source, f"{md.get('namespace')}/{md.get('name')}")
+        self.owner.delete(self.kind, obj)
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    md = obj.get("metadata") or {}
+    return str(md.get("namespace") or "default"), str(md.get("name"))
 
 
 class KubeGroups:
@@ -161,13 +174,76 @@ class KubeGroups:
         try:
             spec = kind.parse(obj)
         except GroupError as exc:
-            log.error("pod group not understood", error=str(exc))
+            self._unreadable(kind, obj, exc)
             return
         before = self.cycle.specs.get(spec.id)
+        was_unreadable = spec.id in self.cycle.unreadable
         self.cycle.set_spec(spec)
         if before != spec:  # a new or changed group: its members may fit now
-            self.owner.queue.move_all(ClusterEvent.CONFIG_CHANGE)
+            changed = before is not None or was_unreadable
+            done = self.cycle.reconcile(self.owner.cycle, spec.source, spec.key, report=changed)
+            if was_unreadable and kind.source == SOURCE_KUBERNETES:
+                note = "the PodGroup can be read again"
+                body = self._condition(spec.id, obj, False, "Unschedulable", note)
+                if body is not None:
+                    self._write_status(kind.source, spec.namespace, spec.name, spec.id, body)
+            if changed:
+                log.info(
+                    "pod group changed",
+                    group=spec.key,
+                    api=kind.api.removeprefix("/apis/"),
+                    min_member=spec.min_member,
+                    bound=len(done.bound),
+                    pending=len(done.pending),
+                    action=done.action,
+                )
             self.owner._wakeup.set()
+
+    def delete(self, kind: GroupKind, obj: Obj) -> None:
+        """A PodGroup is gone: its members are reconciled (see `GroupCycle.reconcile`)."""
+        namespace, name = _key(obj)
+        key = f"{namespace}/{name}"
+        self.cycle.remove_spec(kind.source, key)
+        self.written.pop((kind.source, key), None)
+        done = self.cycle.reconcile(self.owner.cycle, kind.source, key)
+        log.info(
+            "pod group deleted",
+            group=key,
+            api=kind.api.removeprefix("/apis/"),
+            bound=list(done.bound),
+            pending=list(done.pending),
+            action=done.action,
+        )
+        self.owner._wakeup.set()
+
+    def _unreadable(self, kind: GroupKind, obj: Obj, exc: GroupError) -> None:
+        """A PodGroup that cannot be read: its old spec is dropped (its members wait with the
+        problem, never placed on a stale copy); reported once per new problem."""
+        namespace, name = _key(obj)
+        key = f"{namespace}/{name}"
+        if not self.cycle.set_unreadable(kind.source, key, exc.detail):
+            return
+        done = self.cycle.reconcile(self.owner.cycle, kind.source, key)
+        api = kind.api.removeprefix("/apis/")
+        log.error(
+            "pod group cannot be read",
+            group=key,
+            api=api,
+            field=exc.field,
+            error=exc.detail,
+            bound=len(done.bound),
+            pending=len(done.pending),
+        )
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        note = f"{exc.detail}; its pods are not scheduled until it can be read"
+        ref = ObjectRef("PodGroup", namespace, name, uid, api_version=api)
+        self.owner.recorder.record(ref, "Warning", REASON_INVALID, "Scheduling", note)
+        if kind.source == SOURCE_KUBERNETES:
+            gid = (kind.source, key)
+            body = self._condition(gid, obj, False, REASON_INVALID, note)
+            if body is not None:
+                self._write_status(kind.source, namespace, name, gid, body)
+        self.owner._wakeup.set()
 
     # -- status ---------------------------------------------------------------------------
 
@@ -191,16 +267,23 @@ class KubeGroups:
             body = self._scheduler_plugins_status(outcome, obj)
         else:
             body = self._kubernetes_status(outcome, obj)
-        if body is None:
+        if body is not None:
+            self._write_status(spec.source, spec.namespace, spec.name, spec.id, body)
+
+    def _write_status(
+        self, source: str, namespace: str, name: str, gid: tuple[str, str], body: Obj
+    ) -> None:
+        reflector = self.reflectors.get(source)
+        if reflector is None:
             return
         api = reflector.path.removesuffix("/podgroups")  # the kind's /apis/GROUP/VERSION
-        path = f"{api}/namespaces/{spec.namespace}/podgroups/{spec.name}/status"
-        self.owner._spawn(self._patch(path, body, spec))
+        path = f"{api}/namespaces/{namespace}/podgroups/{name}/status"
+        self.owner._spawn(self._patch(path, body, gid, self.written.get(gid)))
 
-    def _changed(self, spec: GroupSpec, state: tuple[Any, ...]) -> bool:
-        if self.written.get(spec.id) == state:
+    def _changed(self, gid: tuple[str, str], state: tuple[Any, ...]) -> bool:
+        if self.written.get(gid) == state:
             return False
-        self.written[spec.id] = state
+        self.written[gid] = state
         return True
 
     def _scheduler_plugins_status(self, outcome: GroupOutcome, obj: Obj) -> Obj | None:
@@ -212,7 +295,11 @@ class KubeGroups:
             phase = "Pending"
         else:
             phase = "Scheduling"
-        if not self._changed(outcome.spec, (phase, placed)):
+        started = phase != "Scheduling" or status.get("scheduleStartTime")
+        if status.get("phase") == phase and status.get("scheduled") == placed and started:
+            self.written[outcome.spec.id] = (phase, placed)  # already so (e.g. a restart)
+            return None
+        if not self._changed(outcome.spec.id, (phase, placed)):
             return None
         body: Obj = {"phase": phase, "scheduled": placed}
         if phase == "Scheduling" and not status.get("scheduleStartTime"):
@@ -222,6 +309,15 @@ class KubeGroups:
     def _kubernetes_status(self, outcome: GroupOutcome, obj: Obj) -> Obj | None:
         if outcome.waiting:
             return None
+        reason = "Scheduled" if outcome.scheduled else "Unschedulable"
+        message = outcome.message or f"{len(outcome.members)} pods placed"
+        return self._condition(outcome.spec.id, obj, outcome.scheduled, reason, message)
+
+    def _condition(
+        self, gid: tuple[str, str], obj: Obj, scheduled: bool, reason: str, message: str
+    ) -> Obj | None:
+        """The PodGroupInitiallyScheduled condition to write (None: unchanged, or already
+        True: initially scheduled stays so)."""
         conditions = [
             c
             for c in (obj.get("status") or {}).get("conditions") or []
@@ -237,10 +333,8 @@ class KubeGroups:
         )
         if previous is not None and previous.get("status") == "True":
             return None  # initially scheduled stays so
-        status = "True" if outcome.scheduled else "False"
-        reason = "Scheduled" if outcome.scheduled else "Unschedulable"
-        message = outcome.message or f"{len(outcome.members)} pods placed"
-        if not self._changed(outcome.spec, (status, message)):
+        status = "True" if scheduled else "False"
+        if not self._changed(gid, (status, message)):
             return None
         since = rfc3339()
         if previous is not None and previous.get("status") == status:
@@ -254,10 +348,30 @@ class KubeGroups:
         }
         return {"status": {"conditions": [*conditions, condition]}}
 
-    async def _patch(self, path: str, body: Obj, spec: GroupSpec) -> None:
-        try:
-            await self.owner.client.patch(path, body, MERGE_PATCH)
-        except ApiError as exc:
-            self.written.pop(spec.id, None)
-            if exc.status != 404:
-                log.warning("pod group status not updated", group=spec.key, error=str(exc))
+    async def _patch(
+        self, path: str, body: Obj, gid: tuple[str, str], state: tuple[Any, ...] | None
+    ) -> None:
+        """Write a status; a failure is retried with the queue's backoff while this is still
+        the latest status of a group still there (a 404 or a refusal ends it)."""
+        attempts = 0
+        while True:
+            try:
+                await self.owner.client.patch(path, body, MERGE_PATCH)
+                return
+            except ApiError as exc:
+                retryable = exc.status in (0, 408, 429) or exc.status >= 500
+                if exc.status != 404:
+                    log.warning(
+                        "pod group status not updated",
+                        group=gid[1],
+                        error=str(exc),
+                        retry=retryable,
+                    )
+                if not retryable:
+                    if self.written.get(gid) == state:
+                        self.written.pop(gid, None)  # the next group cycle writes it again
+                    return
+            attempts += 1
+            await asyncio.sleep(self.owner.queue.backoff_duration(attempts))
+            if self.written.get(gid) != state:
+                return  # a newer status was written meanwhile, or the group is gone

@@ -220,7 +220,7 @@ def test_mixed_worker_shapes() -> None:
     assert {c.bound["ml/w0"], c.bound["ml/w1"]} == {"big0", "big1"}
 
 
-def test_binding_failure_mid_group_requeues_the_rest_at_once() -> None:
+def test_binding_failure_mid_group_backs_off_with_the_group_priority() -> None:
     c = Cluster([gpu_node(f"n{i}") for i in range(4)])
     c.binder.fail.add("ml/w2")
     c.add(*(member(f"w{i}") for i in range(4)))
@@ -232,7 +232,13 @@ def test_binding_failure_mid_group_requeues_the_rest_at_once() -> None:
         assert d.assumed is not None
         drive(c.sched.bind(d.assumed))
     assert sorted(c.bound) == ["ml/w0", "ml/w1", "ml/w3"]
-    assert c.queue.where("ml/w2") is Where.ACTIVE  # no backoff: the others are bound
+    # the same backoff as any pod whose binding failed (issue #25: it was retried at once)
+    assert c.queue.where("ml/w2") is Where.BACKOFF
+    queued = c.queue.get("ml/w2")
+    assert queued is not None and queued.backoff_until == c.queue.backoff_duration(1)
+    c.run()
+    assert "ml/w2" not in c.bound  # not due yet
+    c.now += c.queue.backoff_duration(1)
     c.run()
     assert len(c.bound) == 4
     assert c.binder.calls.count("ml/w2") == 2
@@ -329,9 +335,11 @@ def test_group_sources_are_read_with_clear_errors() -> None:
         }
     )
     assert (k8s.min_member, k8s.required) == (4, RACK)
-    with pytest.raises(GroupError, match=r"^PodGroup ml/bad: spec.minMember: must be >= 1, got 0$"):
+    with pytest.raises(
+        GroupError, match=r"^PodGroup ml/bad: spec.minMember: must be >= 0, got -1$"
+    ):
         scheduler_plugins_group(
-            {"metadata": {"name": "bad", "namespace": "ml"}, "spec": {"minMember": 0}}
+            {"metadata": {"name": "bad", "namespace": "ml"}, "spec": {"minMember": -1}}
         )
     with pytest.raises(GroupError, match=r"spec.schedulingPolicy.gang.minCount: is required"):
         kubernetes_group(
@@ -483,3 +491,196 @@ def test_preferred_goes_to_one_nvlink_domain_when_one_holds_the_group() -> None:
     outcome = c.outcomes[-1]
     assert outcome.domain is not None and outcome.domain[0] == CLIQUE
     assert outcome.domain_note is not None and "(NVLink domain)" in outcome.domain_note
+
+
+# ---------------------------------------------------------------------- issue #25: unreadable
+# PodGroups, values their CRDs accept, and groups reconciled when their PodGroup changes.
+
+X_META = {"name": "job", "namespace": "ml"}
+GANG = "spec.schedulingPolicy.gang.minCount"
+TOPO_KEY = "spec.schedulingConstraints.topology[0].key"
+REQUIRED_ANNOTATION = "metadata.annotations.topo-scheduler.io/topology-required"
+
+UNREADABLE_X = [
+    ({"minMember": -1}, "spec.minMember", "must be >= 0, got -1"),
+    ({"minMember": 2**31}, "spec.minMember", "must be <= 2147483647 (int32), got 2147483648"),
+    ({"minMember": "3"}, "spec.minMember", "must be an integer, got '3'"),
+    ({"minMember": 3.5}, "spec.minMember", "must be an integer, got 3.5"),
+    ({"minMember": True}, "spec.minMember", "must be an integer, got True"),
+    ({"scheduleTimeoutSeconds": -1}, "spec.scheduleTimeoutSeconds", "must be >= 0, got -1"),
+    ({"scheduleTimeoutSeconds": 10**12}, "spec.scheduleTimeoutSeconds", "(int32)"),
+    ({"scheduleTimeoutSeconds": "60"}, "spec.scheduleTimeoutSeconds", "must be an integer"),
+    ({"minResources": {"cpu": "lots"}}, "spec.minResources.cpu", "quantities must match"),
+    ({"minResources": {"nvidia.com/gpu": "-8"}}, "spec.minResources.nvidia.com/gpu", "negative"),
+    ({"minResources": {"memory": "1e30"}}, "spec.minResources.memory", "below 2^53"),
+    ({"minResources": {"cpu": {"n": 1}}}, "spec.minResources.cpu", "strings or numbers"),
+    ({"minResources": ["cpu"]}, "spec.minResources", "must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field", "why"), UNREADABLE_X)
+def test_scheduler_plugins_fields_that_cannot_be_read_name_the_field(
+    spec: dict[str, Any], field: str, why: str
+) -> None:
+    with pytest.raises(GroupError) as caught:
+        scheduler_plugins_group({"metadata": X_META, "spec": spec})
+    assert str(caught.value).startswith(f"PodGroup ml/job: {field}: ")
+    assert caught.value.field == field and why in caught.value.detail
+
+
+UNREADABLE_K8S = [
+    ({"schedulingPolicy": {"gang": {"minCount": 0}}}, GANG, "must be >= 1, got 0"),
+    ({"schedulingPolicy": {"gang": {"minCount": "2"}}}, GANG, "must be an integer"),
+    ({"schedulingPolicy": {"gang": {"minCount": 2**40}}}, GANG, "(int32)"),
+    ({"schedulingPolicy": {"gang": {}}}, GANG, "is required"),
+    ({"schedulingConstraints": {"topology": [{"key": "rack/"}]}}, TOPO_KEY, "node label key"),
+    ({"schedulingConstraints": {"topology": [{"key": "a b"}]}}, TOPO_KEY, "node label key"),
+    ({"schedulingConstraints": {"topology": [{}]}}, TOPO_KEY, "node label key"),
+    (
+        {"schedulingConstraints": {"topology": ["rack"]}},
+        "spec.schedulingConstraints.topology[0]",
+        "mapping",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "field", "why"), UNREADABLE_K8S)
+def test_kubernetes_fields_that_cannot_be_read_name_the_field(
+    spec: dict[str, Any], field: str, why: str
+) -> None:
+    with pytest.raises(GroupError) as caught:
+        kubernetes_group({"metadata": X_META, "spec": spec})
+    assert caught.value.field == field and why in caught.value.detail
+
+
+@pytest.mark.parametrize("value", ["", "not a key!", "Example.com/rack", "a/b/c", "x" * 64])
+def test_topology_annotations_on_podgroups_must_be_label_keys(value: str) -> None:
+    meta = {**X_META, "annotations": {"topo-scheduler.io/topology-required": value}}
+    for parse in (scheduler_plugins_group, kubernetes_group):
+        with pytest.raises(GroupError) as caught:
+            parse({"metadata": meta, "spec": {}})
+        assert caught.value.field == REQUIRED_ANNOTATION
+
+
+def test_values_the_crds_accept_are_read_as_scheduler_plugins_reads_them() -> None:
+    def x(spec: dict[str, Any]) -> Any:
+        return scheduler_plugins_group({"metadata": X_META, "spec": spec})
+
+    # minMember 0 is Go's zero value: the same as no minMember (a group of one)
+    assert x({"minMember": 0}).min_member == x({}).min_member == 1
+    assert x({"minMember": 2**31 - 1}).min_member == 2**31 - 1
+    # scheduleTimeoutSeconds 0: coscheduling's GetWaitTimeDuration gives a zero wait
+    assert x({"scheduleTimeoutSeconds": 0}).timeout == 0.0
+    assert x({"minResources": {"nvidia.com/gpu": 8, "cpu": "500m"}}).min_resources == {
+        "nvidia.com/gpu": 8,
+        "cpu": 500,
+    }
+    k8s = kubernetes_group(
+        {
+            "metadata": X_META,
+            "spec": {"schedulingConstraints": {"topology": [{"key": " example.com/rack "}]}},
+        }
+    )
+    assert (k8s.min_member, k8s.required) == (1, "example.com/rack")
+
+
+def test_schedule_timeout_zero_is_past_at_the_first_failed_attempt() -> None:
+    c = Cluster([gpu_node("n0")])
+    assert c.sched.groups is not None
+    c.sched.groups.served.add("scheduling.x-k8s.io")
+    c.sched.groups.set_spec(
+        scheduler_plugins_group(
+            {"metadata": X_META, "spec": {"minMember": 2, "scheduleTimeoutSeconds": 0}}
+        )
+    )
+    c.add(*(labelled(f"w{i}") for i in range(2)))
+    c.run()
+    assert c.outcomes[-1].timed_out
+    assert c.events.failures[-1][1].endswith(
+        "; unscheduled longer than its scheduleTimeoutSeconds (0s)"
+    )
+
+
+def test_an_unreadable_podgroup_drops_its_spec_and_its_members_wait_with_the_field() -> None:
+    c = Cluster([gpu_node(f"n{i}") for i in range(3)])
+    groups = c.sched.groups
+    assert groups is not None
+    groups.served.add("scheduling.x-k8s.io")
+    groups.set_spec(scheduler_plugins_group({"metadata": X_META, "spec": {"minMember": 2}}))
+    # edited to minMember 3 with a value that cannot be read: the old spec must not be used
+    with pytest.raises(GroupError) as caught:
+        scheduler_plugins_group(
+            {"metadata": X_META, "spec": {"minMember": 3, "minResources": {"cpu": "lots"}}}
+        )
+    assert groups.set_unreadable("scheduling.x-k8s.io", "ml/job", caught.value.detail)
+    assert not groups.set_unreadable("scheduling.x-k8s.io", "ml/job", caught.value.detail)
+    c.add(*(labelled(f"w{i}") for i in range(2)))
+    c.run()
+    assert c.bound == {}  # before the fix: both bound under the stale minMember 2
+    assert {m for _, m in c.events.failures} == {
+        "pod group ml/job: PodGroup.scheduling.x-k8s.io ml/job cannot be read: "
+        "spec.minResources.cpu: quantities must match the regular expression "
+        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$', got 'lots'"
+    }
+    groups.set_spec(scheduler_plugins_group({"metadata": X_META, "spec": {"minMember": 3}}))
+    done = groups.reconcile(c.sched, "scheduling.x-k8s.io", "ml/job")
+    assert done.pending == ("ml/w0", "ml/w1") and done.bound == ()
+    c.now += 100
+    c.run()
+    assert c.events.failures[-1][1] == "waiting for 1 more pod of pod group ml/job"
+    c.add(labelled("w2"))
+    c.run()
+    assert len(c.bound) == 3
+
+
+def test_podgroup_deleted_with_members_bound_the_rest_wait_as_scheduler_plugins_does() -> None:
+    c = Cluster([gpu_node(f"n{i}") for i in range(2)])
+    groups = c.sched.groups
+    assert groups is not None
+    groups.served.add("scheduling.x-k8s.io")
+    groups.set_spec(scheduler_plugins_group({"metadata": X_META, "spec": {"minMember": 2}}))
+    c.add(*(labelled(f"w{i}") for i in range(3)))
+    c.run()
+    assert len(c.bound) == 2
+    left = next(f"ml/w{i}" for i in range(3) if f"ml/w{i}" not in c.bound)
+    assert c.queue.where(left) is Where.UNSCHEDULABLE
+    groups.remove_spec("scheduling.x-k8s.io", "ml/job")
+    done = groups.reconcile(c.sched, "scheduling.x-k8s.io", "ml/job")
+    assert done.bound == tuple(sorted(c.bound)) and done.pending == (left,)
+    assert done.action == (
+        "PodGroup is gone: 2 bound member(s) left bound, 1 pending member(s) wait until it is back"
+    )
+    c.cache.add_node(NodeInfo.from_object(gpu_node("n2")))  # room, but no PodGroup
+    c.now += 100
+    c.run()
+    assert left not in c.bound
+    assert c.events.failures[-1] == (
+        left,
+        "pod group ml/job: PodGroup.scheduling.x-k8s.io ml/job not found; "
+        "2 of its pods are bound, the others wait for it",
+    )
+
+
+def test_a_podgroup_raised_above_its_bound_members_reports_them_waiting() -> None:
+    c = Cluster([gpu_node(f"n{i}") for i in range(2)])
+    groups = c.sched.groups
+    assert groups is not None
+    groups.served.add("scheduling.x-k8s.io")
+    groups.set_spec(scheduler_plugins_group({"metadata": X_META, "spec": {"minMember": 2}}))
+    c.add(*(labelled(f"w{i}") for i in range(2)))
+    c.run()
+    assert len(c.bound) == 2 and c.outcomes[-1].scheduled
+    groups.set_spec(scheduler_plugins_group({"metadata": X_META, "spec": {"minMember": 3}}))
+    done = groups.reconcile(c.sched, "scheduling.x-k8s.io", "ml/job")
+    assert done.pending == () and len(done.bound) == 2
+    last = c.outcomes[-1]
+    assert last.waiting and not last.scheduled
+    assert last.message == "waiting for 1 more pod of pod group ml/job"
+
+
+def test_a_required_level_no_node_has_says_so() -> None:
+    c = Cluster([gpu_node(f"n{i}") for i in range(2)])
+    c.add(*(member(f"w{i}", min_member=2, required="example.com/no-such-level") for i in range(2)))
+    c.run()
+    assert c.bound == {}
+    assert c.events.failures[-1][1].endswith(": no node has the label example.com/no-such-level")
