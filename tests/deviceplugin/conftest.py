@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,8 +102,12 @@ class Node:
         monitor.start()
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
+        reconciler = threading.Thread(
+            target=plugin.run_reconciler, args=(stop,), kwargs={"interval": 0.2}, daemon=True
+        )
+        reconciler.start()
         running = RunningPlugin(plugin, server, nvml, metrics, reporter, watch, stop)
-        running.threads = [thread, watch, monitor]
+        running.threads = [thread, watch, monitor, reconciler]
         self.running.append(running)
         return running
 
@@ -138,3 +143,12 @@ def node(emulator: Emulator) -> Iterator[Node]:
 
 def index_of(running: RunningPlugin) -> Callable[[str], int]:
     return lambda uuid: running.plugin.inventory.by_uuid[uuid]
+
+
+def settle(running: RunningPlugin, timeout: float = 5.0) -> None:
+    """Wait until PodResources confirmed every allocation and the reports are written."""
+    deadline = time.monotonic() + timeout
+    while running.plugin.reconcile():
+        assert time.monotonic() < deadline, "allocations not confirmed by PodResources"
+        time.sleep(0.02)
+    assert running.reporter.wait_idle(max(0.1, deadline - time.monotonic()))

@@ -1,12 +1,19 @@
 """A fake kubelet speaking the real device plugin API v1beta1 and PodResources v1 List.
 
 It plays the kubelet's device manager: serves `Registration` on `<dir>/kubelet.sock`,
-dials the plugin's endpoint on Register, follows its `ListAndWatch` stream, and admits the
-pods bound to its node one at a time in creation order; per GPU container it asks
+dials the plugin's endpoint on Register, follows its `ListAndWatch` stream, and admits pods
+one at a time in the order the test says (`admit`; `admit_pending` defaults to creation
+order, as one batch of HandlePodAdditions); per GPU container it asks
 `GetPreferredAllocation` with the healthy unallocated devices, takes the preferred ones that
 are available and fills up from the rest in sorted order (as devicemanager does), then calls
-`Allocate`. PodResources `List` shows every pod bound to the node, with empty device lists
-for the ones not admitted yet. `restart()` does what a kubelet restart does to the directory.
+`Allocate`. Devices are kept per pod UID, as the kubelet's podDevices.
+
+PodResources `List` shows the kubelet's pod manager, as the real kubelet does: every pod it
+was handed (the kubelet adds a pod just before admitting it), by namespace/name with no UID,
+a pod recreated under the same name listed twice while the old one still holds its devices.
+`list_all=True` also lists the bound pods not handed over yet, with no devices (a kubelet
+that knows them early: the plugin must cope with both). `restart()` does what a kubelet
+restart does to the directory.
 """
 
 from __future__ import annotations
@@ -72,7 +79,9 @@ class FakeKubelet:
     devices: dict[str, str] = field(default_factory=dict)  # ID -> health, from ListAndWatch
     device_numa: dict[str, list[int]] = field(default_factory=dict)
     updates: int = 0
-    allocated: dict[tuple[str, str], dict[str, list[str]]] = field(default_factory=dict)
+    list_all: bool = False
+    by_uid: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # UID -> container
+    pod_manager: dict[str, Obj] = field(default_factory=dict)  # UID -> pod, in hand-over order
     admissions: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -176,17 +185,21 @@ class FakeKubelet:
     # -- PodResources ----------------------------------------------------------------------
 
     def _list(self, request: bytes, context: Any) -> bytes:
-        out = []
         with self._lock:
-            allocated = {k: dict(v) for k, v in self.allocated.items()}
-        for pod in self.pods():
+            pods = list(self.pod_manager.values())
+            held = {uid: dict(v) for uid, v in self.by_uid.items()}
+        if self.list_all:
+            known = {p["metadata"]["uid"] for p in pods}
+            pods += [p for p in self.pods() if p["metadata"]["uid"] not in known]
+        out = []
+        for pod in pods:
             meta, spec = pod["metadata"], pod["spec"]
-            held = allocated.get((meta["namespace"], meta["name"]), {})
+            devices = held.get(meta["uid"], {})
             containers = tuple(
                 ContainerResources(
                     c["name"],
-                    (ContainerDevices(self.resource, tuple(held[c["name"]])),)
-                    if c["name"] in held
+                    (ContainerDevices(self.resource, tuple(devices[c["name"]])),)
+                    if c["name"] in devices
                     else (),
                 )
                 for c in spec.get("containers", [])
@@ -196,43 +209,72 @@ class FakeKubelet:
 
     # -- admission -------------------------------------------------------------------------
 
+    @property
+    def allocated(self) -> dict[tuple[str, str], dict[str, list[str]]]:
+        """(namespace, name) -> container -> device IDs, for the pods holding devices (the
+        latest pod of a name)."""
+        with self._lock:
+            return {
+                (p["metadata"]["namespace"], p["metadata"]["name"]): dict(self.by_uid[uid])
+                for uid, p in self.pod_manager.items()
+                if uid in self.by_uid
+            }
+
     def in_use(self) -> set[str]:
         with self._lock:
-            return {d for pod in self.allocated.values() for ids in pod.values() for d in ids}
+            return {d for pod in self.by_uid.values() for ids in pod.values() for d in ids}
 
     def release(self, namespace: str, name: str) -> None:
-        """The pod finished: its devices are free again."""
+        """The pods of that name finished and are gone: their devices are free again."""
         with self._lock:
-            self.allocated.pop((namespace, name), None)
+            for uid, pod in list(self.pod_manager.items()):
+                if (pod["metadata"]["namespace"], pod["metadata"]["name"]) == (namespace, name):
+                    self._forget(uid)
 
-    def admit_pending(self) -> list[tuple[str, str]]:
-        """Admit every bound, not yet admitted pod, oldest first; the keys admitted."""
+    def release_uid(self, uid: str) -> None:
+        """One pod finished and is gone."""
+        with self._lock:
+            self._forget(uid)
+
+    def _forget(self, uid: str) -> None:
+        self.pod_manager.pop(uid, None)
+        self.by_uid.pop(uid, None)
+
+    def admit_pending(self, order: Callable[[Obj], Any] | None = None) -> list[tuple[str, str]]:
+        """Admit every bound pod not handed over yet, in `order` (default: creation time,
+        then name); the keys admitted."""
         pods = sorted(
             self.pods(),
-            key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
+            key=order
+            or (lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])),
         )
         done = []
         for pod in pods:
-            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-            if key in self.admissions:
+            if pod["metadata"]["uid"] in self.pod_manager:
                 continue
             self.admit(pod)
-            done.append(key)
+            done.append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
         return done
 
-    def admit(self, pod: Obj) -> dict[str, Admitted]:
-        """Admit one pod: GetPreferredAllocation and Allocate per GPU container."""
+    def admit(self, pod: Obj, must_include: list[str] | None = None) -> dict[str, Admitted]:
+        """Admit one pod: hand it to the pod manager, then GetPreferredAllocation and
+        Allocate per GPU container."""
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            self.pod_manager[uid] = pod
         out: dict[str, Admitted] = {}
         for container in pod["spec"].get("containers", []):
             limits = (container.get("resources") or {}).get("limits") or {}
             need = int(limits.get(self.resource, 0))
             if need:
-                out[container["name"]] = self._allocate(key, container["name"], need)
+                out[container["name"]] = self._allocate(uid, container["name"], need, must_include)
         self.admissions.append(key)
         return out
 
-    def _allocate(self, key: tuple[str, str], container: str, need: int) -> Admitted:
+    def _allocate(
+        self, uid: str, container: str, need: int, must_include: list[str] | None = None
+    ) -> Admitted:
         with self._lock:
             plugin = self._plugin
             healthy = {d for d, h in self.devices.items() if h == "Healthy"}
@@ -245,14 +287,14 @@ class FakeKubelet:
                 f"Requested: {need}, Available: {len(available)}"
             )
         preferred: list[str] | None = None
-        chosen: list[str] = []
+        chosen: list[str] = [d for d in must_include or () if d in available][:need]
         if plugin.options.get_preferred_allocation_available:
             answer = plugin.stub.GetPreferredAllocation(
                 api_pb2.PreferredAllocationRequest(
                     container_requests=[
                         api_pb2.ContainerPreferredAllocationRequest(
                             available_deviceIDs=available,
-                            must_include_deviceIDs=[],
+                            must_include_deviceIDs=must_include or [],
                             allocation_size=need,
                         )
                     ]
@@ -260,7 +302,8 @@ class FakeKubelet:
                 timeout=10,
             )
             preferred = list(answer.container_responses[0].deviceIDs)
-            chosen = [d for d in preferred if d in available][:need]
+            chosen += [d for d in preferred if d in available and d not in chosen]
+            chosen = chosen[:need]
         chosen += [d for d in available if d not in chosen][: need - len(chosen)]
         if self.substitute is not None:
             chosen = self.substitute(chosen, available)
@@ -272,7 +315,7 @@ class FakeKubelet:
         )
         answer_c = response.container_responses[0]
         with self._lock:
-            self.allocated.setdefault(key, {})[container] = list(chosen)
+            self.by_uid.setdefault(uid, {})[container] = list(chosen)
         return Admitted(
             list(chosen), dict(answer_c.envs), [d.name for d in answer_c.cdi_devices], preferred
         )

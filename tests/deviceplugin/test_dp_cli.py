@@ -111,3 +111,112 @@ def test_generated_modules_match_the_proto(tmp_path: Path) -> None:
     )
     for name in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py"):
         assert filecmp.cmp(source / name, target / name, shallow=False), f"{name} is stale"
+
+
+LONG_DIR = "d" * 100  # <tmp>/ddd.../topo-scheduler-gpu.sock exceeds a unix socket path
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--metrics-bind-address", "127.0.0.1:99999"),
+        ("--metrics-bind-address", ""),
+        ("--metrics-bind-address", "10270"),
+        ("--metrics-bind-address", "gpu-node:10270"),
+        ("--metrics-bind-address", "127.0.0.1:" + "9" * 5000),
+        ("--fake-gpus", ""),
+        ("--fake-gpus", "   "),
+        ("--fake-gpus", "dgx-a100:"),
+        ("--fake-gpus", "dgx-a100:fail="),
+        ("--fake-gpus", "dgx-a100:fail=1,,2"),
+        ("--fake-gpus", "dgx-a100:fail=-1"),
+        ("--fake-gpus", "dgx-a100:fail=" + "9" * 5000),
+        ("--fake-gpus", "dgx-a100:fail=3:fail=4"),
+        ("--resource-name", ""),
+        ("--resource-name", "gpu"),
+        ("--resource-name", "nvidia.com/"),
+        ("--resource-name", "/gpu"),
+        ("--resource-name", "Nvidia.com/gpu"),
+        ("--resource-name", "nvidia.com/gpu/0"),
+        ("--resource-name", "kubernetes.io/gpu"),
+        ("--resource-name", "nvidia.com/" + "g" * 64),
+        ("--node-name", ""),
+        ("--node-name", " gpu-1"),
+        ("--node-name", "GPU_1"),
+        ("--device-plugin-dir", ""),
+        ("--device-plugin-dir", "/nonexistent/device-plugins"),
+        ("--device-plugin-dir", "FILE"),
+        ("--device-plugin-dir", LONG_DIR),
+        ("--pod-resources-socket", ""),
+        ("--kubeconfig", ""),
+        ("--kubeconfig", "/nonexistent/kubeconfig"),
+    ],
+)
+def test_device_plugin_flag_errors_are_one_line_naming_the_flag(
+    flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    (tmp_path / LONG_DIR).mkdir()
+    if value == "FILE":
+        value = str(tmp_path / "file")
+    elif value == LONG_DIR:
+        value = str(tmp_path / LONG_DIR)
+    argv = ["device-plugin", "--node-name", "gpu-1", "--fake-gpus", "dgx-a100"]
+    argv += ["--device-plugin-dir", str(tmp_path), flag, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"device-plugin: {flag}"), err
+    assert len(err) < 400
+
+
+def test_device_plugin_unknown_strategy_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["device-plugin", "--node-name", "n", "--device-list-strategy", "volume-mounts"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device-list-strategy" in err
+
+
+def test_device_plugin_flags_accepted(tmp_path: Path) -> None:
+    from scheduler.agent.deviceplugin.cli import check_flags
+    from scheduler.cli import build_parser
+
+    argv = ["device-plugin", "--node-name", "gpu-1.example", "--device-plugin-dir", str(tmp_path)]
+    argv += ["--resource-name", "example.com/accel_v2", "--metrics-bind-address", "[::1]:0"]
+    argv += ["--fake-gpus", "dgx-h100:fail=02,7"]
+    flags = check_flags(build_parser().parse_args(argv))
+    assert flags.resource_name == "example.com/accel_v2"
+    assert (flags.host, flags.port) == ("::1", 0)
+    assert flags.fake_gpus.failing == frozenset({2, 7})
+    defaults = check_flags(
+        build_parser().parse_args(
+            ["device-plugin", "--node-name", "n", "--device-plugin-dir", str(tmp_path)]
+        )
+    )
+    assert defaults.resource_name == "nvidia.com/gpu" and defaults.fake_gpus is None
+    assert (defaults.host, defaults.port) == ("0.0.0.0", 10270)
+
+
+def test_waiting_for_the_kubelet_is_said_once_then_reminded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import threading
+    import time
+
+    from scheduler.agent.deviceplugin.server import PluginServer, ServerConfig
+
+    caplog.set_level(logging.INFO, logger="topo_scheduler.device_plugin")
+    stop = threading.Event()
+    config = ServerConfig(str(tmp_path), poll_interval=0.02, waiting_reminder=0.2)
+    server = PluginServer(None, config, stop)  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    time.sleep(0.7)
+    stop.set()
+    thread.join(5)
+    waiting = [r.getMessage() for r in caplog.records if "registration socket" in r.getMessage()]
+    assert waiting[0] == f"waiting for the kubelet's registration socket {tmp_path}/kubelet.sock"
+    assert 2 <= len(waiting) <= 5  # a reminder every waiting_reminder seconds, not a flood
+    assert all("still waiting" in line for line in waiting[1:])

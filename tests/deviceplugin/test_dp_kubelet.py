@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import NODE, Node, RunningPlugin, index_of
+from conftest import NODE, Node, RunningPlugin, index_of, settle
 from prometheus_client import generate_latest
 
 from scheduler.agent.deviceplugin.plugin import DeviceListStrategy
@@ -34,9 +34,10 @@ def _metric(running: RunningPlugin, line_start: str) -> float:
 
 
 def _start(node: Node, **kw: object) -> RunningPlugin:
+    registered = len(node.kubelet.registrations)
     running = node.start_plugin(**kw)  # type: ignore[arg-type]
     running.watch.synced.wait(5)
-    node.kubelet.wait_registered(len(node.kubelet.registrations) + 1)
+    node.kubelet.wait_registered(registered + 1)
     return running
 
 
@@ -98,8 +99,8 @@ def test_substituted_device_is_reported_as_mismatch(node: Node) -> None:
     admitted = node.kubelet.admit(pod)["main"]
     actual = tuple(sorted(inventory.by_uuid[d] for d in admitted.devices))
     assert actual != (4, 5)
+    settle(running)
     assert _metric(running, "topo_scheduler_gpu_set_mismatches_total") == 1
-    assert running.reporter.wait_idle(5)
     events = [e for e in node.emu.events() if e.get("reason") == "GPUSetMismatch"]
     assert len(events) == 1
     event = events[0]
@@ -120,7 +121,7 @@ def test_assignment_merges_with_entries_written_by_the_agent(node: Node) -> None
     running = _start(node)
     pod = node.pod("foreign", 1, scheduler="default-scheduler")
     node.kubelet.admit(pod)
-    assert running.reporter.wait_idle(5)
+    settle(running)
     annotations = node.emu.get(NODES, NODE)["metadata"]["annotations"]
     assignments = parse_assignments(annotations[ANNOTATION_ASSIGNMENTS])
     assert set(assignments) == {"uid-x", pod["metadata"]["uid"]}
@@ -145,7 +146,7 @@ def test_pod_of_another_scheduler_gets_our_own_best_set(
     assert (
         _metric(running, 'topo_scheduler_device_plugin_allocations_total{source="no-record"}') == 1
     )
-    assert running.reporter.wait_idle(5)
+    settle(running)
     annotations = node.emu.get(NODES, NODE)["metadata"]["annotations"]
     assert parse_assignments(annotations[ANNOTATION_ASSIGNMENTS]) == {pod["metadata"]["uid"]: got}
 
@@ -182,6 +183,7 @@ def test_gpu_turning_unhealthy_updates_the_stream(node: Node) -> None:
     admitted = node.kubelet.admit(node.pod("a", 2, recorded="2,3"))["main"]
     got = {inventory.by_uuid[d] for d in admitted.devices}
     assert not got & {1, 3, 5}
+    settle(running)
     assert _metric(running, "topo_scheduler_gpu_set_mismatches_total") == 1
 
 
@@ -262,9 +264,9 @@ def test_concurrent_allocate_calls_are_serialized(node: Node) -> None:
         thread.join()
     channel.close()
     # Each call was attributed to a different pod: none was taken twice as "being admitted".
-    recent = running.plugin._recent
-    assert sorted(k[1] for k in recent) == ["p0", "p1", "p2", "p3"]
-    assert all(r.containers == 1 for r in recent.values())
+    grants = running.plugin._grants
+    assert sorted(g.guess.pod.name for g in grants if g.guess) == ["p0", "p1", "p2", "p3"]
+    assert all(g.expected == g.indices for g in grants)
 
 
 def test_hundred_pods_in_sequence_never_share_a_gpu(node: Node) -> None:
@@ -291,6 +293,7 @@ def test_hundred_pods_in_sequence_never_share_a_gpu(node: Node) -> None:
         got = tuple(sorted(inventory.by_uuid[d] for d in admitted.devices))
         assert got == recorded, f"{name}: got {got}, recorded {recorded}"
         live.append((name, got))
+    settle(running)
     assert _metric(running, "topo_scheduler_gpu_set_mismatches_total") == 0
     held = [d for pod in node.kubelet.allocated.values() for ids in pod.values() for d in ids]
     assert len(held) == len(set(held))

@@ -31,9 +31,12 @@ Obj = dict[str, Any]
 COMPONENT = "topo-scheduler-device-plugin"
 
 
-def _key(obj: Obj) -> tuple[str, str]:
+def _key(obj: Obj) -> str:
+    """A pod's identity in the watch: its UID (a pod recreated under the same name is
+    another pod, never an update of the old one)."""
     meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+    uid = meta.get("uid")
+    return str(uid) if uid else f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class PodWatch:
@@ -60,7 +63,7 @@ class PodWatch:
         self._watch_seconds = watch_seconds
         self._max_backoff = max_backoff
         self._lock = threading.Lock()
-        self._pods: dict[tuple[str, str], Obj] | None = None
+        self._pods: dict[str, Obj] | None = None  # by UID
         self.synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
 

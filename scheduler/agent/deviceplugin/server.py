@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -122,6 +123,7 @@ class ServerConfig:
     resource_name: str = GPU_RESOURCE
     poll_interval: float = 1.0
     register_timeout: float = 5.0
+    waiting_reminder: float = 60.0  # seconds between "still waiting for the kubelet" lines
 
     @property
     def socket_path(self) -> str:
@@ -184,11 +186,30 @@ class PluginServer:
     def run(self) -> None:
         """Serve, register, and start over whenever the kubelet or our socket changes."""
         failures = 0
+        waiting_since: float | None = None
+        reminded = 0.0
         while not self._stop.is_set():
             kubelet = _identity(self.config.kubelet_socket)
             if kubelet is None:
-                self._stop.wait(self.config.poll_interval)  # the kubelet is not up yet
+                # The kubelet is not up yet (or restarting): say so once, then remind.
+                now = time.monotonic()
+                if waiting_since is None:
+                    waiting_since = reminded = now
+                    log.info(
+                        "waiting for the kubelet's registration socket %s",
+                        self.config.kubelet_socket,
+                    )
+                elif now - reminded >= self.config.waiting_reminder:
+                    reminded = now
+                    log.warning(
+                        "still waiting for the kubelet's registration socket %s (%.0fs); "
+                        "is --device-plugin-dir the kubelet's device-plugins directory?",
+                        self.config.kubelet_socket,
+                        now - waiting_since,
+                    )
+                self._stop.wait(self.config.poll_interval)
                 continue
+            waiting_since = None
             try:
                 self._serve()
                 self._register()
