@@ -166,8 +166,16 @@ def _add_device_plugin(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     )
     p.add_argument("--node-name", required=True)
     p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster credentials)")
-    p.add_argument("--device-plugin-dir", default="/var/lib/kubelet/device-plugins")
-    p.add_argument("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock")
+    p.add_argument(
+        "--device-plugin-dir",
+        default="/var/lib/kubelet/device-plugins",
+        help="the kubelet's device plugin directory; must exist and be writable",
+    )
+    p.add_argument(
+        "--pod-resources-socket",
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        help="the kubelet's PodResources socket (tells which pod holds which GPUs)",
+    )
     p.add_argument(
         "--resource-name",
         help="extended resource to serve (default nvidia.com/gpu); must equal the scheduler "

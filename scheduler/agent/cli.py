@@ -47,7 +47,7 @@ def run_agent(args: argparse.Namespace) -> int:
             return 2
     nvml: Any
     read_file: ReadFile = read_sysfs_file
-    if getattr(args, "fake_gpus", None):
+    if getattr(args, "fake_gpus", None) is not None:  # "" is an error, not real NVML
         from scheduler.agent.fakegpus import FakeNvml, parse_fake_gpus
 
         try:

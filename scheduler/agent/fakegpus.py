@@ -52,21 +52,32 @@ class FakeGpusSpec:
 
 def parse_fake_gpus(text: str) -> FakeGpusSpec:
     """Parse `NAME` or `NAME:fail=I[,J...]`; TopologyError names the flag and the bad part."""
-    where = f"--fake-gpus {text!r}"
+    shown = text if len(text) <= 60 else f"{text[:60]}..."
+    where = f"--fake-gpus {shown!r}"
+    if not text.strip():
+        raise TopologyError(
+            f"{where}: empty; expected NAME or NAME:fail=I[,J...] "
+            f"(NAME one of {', '.join(BUILTIN_TOPOLOGIES)}); omit the flag to use NVML"
+        )
     name, sep, options = text.partition(":")
     if name not in BUILTIN_TOPOLOGIES:
         raise TopologyError(
-            f"{where}: unknown built-in topology {name!r} (known: {', '.join(BUILTIN_TOPOLOGIES)})"
+            f"{where}: unknown built-in topology {name[:60]!r} "
+            f"(known: {', '.join(BUILTIN_TOPOLOGIES)})"
         )
     failing: set[int] = set()
     if sep:
         key, eq, value = options.partition("=")
         if key != "fail" or not eq:
-            raise TopologyError(f"{where}: expected NAME or NAME:fail=I[,J...], got {options!r}")
+            raise TopologyError(
+                f"{where}: expected NAME or NAME:fail=I[,J...], got {options[:60]!r}"
+            )
         size = builtin_topology(name).size
         for part in value.split(","):
             part = part.strip()
-            if not (part.isascii() and part.isdigit()) or int(part) >= size:
+            digits = part.isascii() and part.isdigit() and len(part) <= 4
+            if not digits or int(part) >= size:
+                part = part if len(part) <= 20 else f"{part[:20]}..."
                 raise TopologyError(
                     f"{where}: fail: {part!r} is not a GPU index 0..{size - 1} of {name}"
                 )

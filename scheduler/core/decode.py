@@ -188,7 +188,10 @@ def go_parse_int(text: str) -> int | None:
     digits = text[1:] if text[:1] in ("+", "-") else text
     if not digits or not _ASCII_DIGITS.issuperset(digits):
         return None
-    value = int(text)
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > 19:  # beyond int64 (and int() refuses 4,300 digits or more)
+        return None
+    value = -int(significant) if text[0] == "-" else int(significant)
     return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
@@ -210,13 +213,14 @@ def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     port = go_parse_int(port_text) if sep and port_text[:1] not in ("+", "-") else None
     if port is None or not 0 <= port <= 65535:
-        raise ValueError(f"{flag}: must be HOST:PORT with a port 0-65535, got {text!r}")
+        shown = text if len(text) <= 80 else text[:80] + "..."
+        raise ValueError(f"{flag}: must be HOST:PORT with a port 0-65535, got {shown!r}")
     host = host.strip("[]") or "0.0.0.0"
     if host != "localhost":
         try:
             ipaddress.ip_address(host)
         except ValueError:
             raise ValueError(
-                f"{flag}: {host!r} is not an IP address (HOST:PORT, e.g. 0.0.0.0:{port})"
+                f"{flag}: {host[:80]!r} is not an IP address (HOST:PORT, e.g. 0.0.0.0:{port})"
             ) from None
     return host, port

@@ -31,6 +31,8 @@ from scheduler.core.decode import go_parse_int, parse_decimal, parse_host_port
         ("0x10", None),
         ("١٢", None),  # Arabic-Indic digits: int() takes them
         ("²", None),
+        ("9" * 5000, None),
+        ("0" * 5000 + "7", 7),
     ],
 )
 def test_go_parse_int(text: str, value: int | None) -> None:
@@ -89,9 +91,11 @@ def test_parse_host_port(text: str, expected: tuple[str, int]) -> None:
         ("127.0.0.1", "port 0-65535"),
         ("example.com:80", "'example.com' is not an IP address"),
         ("", "port 0-65535"),
+        ("127.0.0.1:" + "9" * 5000, "'127.0.0.1:99999"),
     ],
 )
 def test_parse_host_port_refuses(text: str, needle: str) -> None:
     with pytest.raises(ValueError, match=re.escape(needle)) as info:
         parse_host_port(text, "--metrics-bind-address")
     assert str(info.value).startswith("--metrics-bind-address: ")
+    assert len(str(info.value)) < 200

@@ -332,6 +332,13 @@ def test_agent_interval(capsys: pytest.CaptureFixture[str], interval: str) -> No
     one_line_error(capsys, code, "--interval must be a number of seconds > 0 and <= 86,400")
 
 
+@pytest.mark.parametrize("value", ["", " ", ":fail=0"])
+def test_agent_fake_gpus_empty_is_an_error(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """An empty --fake-gpus names the flag; it never falls back to the real NVML."""
+    code = main(["agent", "--node-name", "n", "--once", "--fake-gpus", value])
+    one_line_error(capsys, code, "--fake-gpus")
+
+
 def flag_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
     """argparse's errors too: one line naming the flag, exit 2, no usage block."""
     with pytest.raises(SystemExit) as exit_info:
