@@ -33,7 +33,6 @@ from scheduler.core.framework import CycleState, PostFilterResult, ScheduleResul
 from scheduler.core.model import PodInfo
 from scheduler.core.preemption import (
     CONTEXT_KEY,
-    OUTCOME_KEY,
     PLUGIN_NAME,
     PreemptionContext,
     UnresolvableCheck,
@@ -112,10 +111,12 @@ class DefaultPreemption:
         if context is None:  # run outside the cycle: nothing to re-run the filters with
             return None
         outcome = preempt(context, state, pod, snapshot, result, CHECKS)
-        state.write(OUTCOME_KEY, outcome)
         if outcome.plan is not None:
-            return PostFilterResult(nominated_node=outcome.plan.node)
-        return PostFilterResult(message=f"preemption: {outcome.message}")
+            return PostFilterResult(nominated_node=outcome.plan.node, plan=outcome.plan)
+        return PostFilterResult(
+            message=f"preemption: {outcome.message}",
+            clear_nomination=outcome.clear_nomination,
+        )
 
 
 def _percentage(value: Any, path: str, low: int, high: int | None) -> int:

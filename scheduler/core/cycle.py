@@ -21,26 +21,27 @@ import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from scheduler.core.cache import Cache
 from scheduler.core.framework import (
     ALLOCATION_KEY,
     NO_NODES_MESSAGE,
+    Allocation,
     Binder,
     BindOutcome,
     BindResult,
     CycleState,
+    FilterPlugin,
     Framework,
+    PostFilterResult,
     ScheduleResult,
 )
 from scheduler.core.model import PodInfo
 from scheduler.core.nominator import Nominator
 from scheduler.core.preemption import (
     CONTEXT_KEY,
-    OUTCOME_KEY,
     PLUGIN_NAME,
-    Outcome,
     Plan,
     PreemptionContext,
     group_key,
@@ -54,6 +55,8 @@ __all__ = [
     "Assumed",
     "CycleHooks",
     "Decision",
+    "Placement",
+    "PodScheduling",
     "Scheduler",
     "drive",
     "queue_order",
@@ -101,13 +104,39 @@ class Assumed:
 
     pod: PodInfo
     node: str
-    gpus: tuple[int, ...]
     framework: Framework
     state: CycleState
     attempts: int
     started: float  # perf_counter at the start of its scheduling cycle
     waits: Mapping[str, float] = field(default_factory=dict)  # Permit plugin -> timeout
     permit: asyncio.Future[str | None] | None = None  # set while waiting on Permit
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        """The GPU set allocated for the pod: the cycle state's allocation, which Bind
+        (DefaultBinder) hands to the binder (one channel from allocation to Bind)."""
+        allocation: Allocation | None = self.state.get(ALLOCATION_KEY)
+        return allocation.gpus if allocation is not None else ()
+
+
+@dataclass(slots=True)
+class Placement:
+    """One pod placed on the current view (`Scheduler.place`): the decision and, when a
+    node fits, the pod assumed there with its GPU set until `commit` or `revert`."""
+
+    queued: QueuedPod[PodInfo]
+    framework: Framework
+    state: CycleState
+    result: ScheduleResult
+    started: float
+    elapsed: float  # seconds of the decision
+    assumed: Assumed | None = None  # None: no node fits (or reverted)
+    committed: bool = False  # Reserve and Permit passed
+    post: PostFilterResult | None = None  # PostFilter's answer when no node fits
+
+    @property
+    def pod(self) -> PodInfo:
+        return self.queued.pod
 
 
 class CycleHooks:
@@ -147,6 +176,39 @@ class CycleHooks:
 
     def nominated(self, pod: PodInfo, node: str | None) -> None:
         """The pod's nominated node changed (`status.nominatedNodeName`; None: cleared)."""
+
+
+class PodScheduling(Protocol):
+    """The narrow interface a group algorithm places pods through (kube's pod-group
+    algorithm drives the same one): place one pod on the current view (assumed, with a
+    revert), commit it (Reserve, Permit), or park it (unschedulable); the cache and the queue
+    it reads; the clocks. Every member goes the single pod's way through it."""
+
+    cache: Cache
+    queue: SchedulingQueue[PodInfo]
+    timer: Callable[[], float]
+
+    def profile_of(self, pod: PodInfo) -> Framework | None: ...
+
+    def now(self) -> float: ...
+
+    def evaluate(self, pod: PodInfo) -> ScheduleResult | None: ...
+
+    def place(
+        self,
+        queued: QueuedPod[PodInfo],
+        *,
+        within: Sequence[FilterPlugin] = (),
+        post_filter: bool = False,
+    ) -> Placement: ...
+
+    def commit(self, placement: Placement, elapsed: float) -> Decision: ...
+
+    def revert(self, placement: Placement) -> None: ...
+
+    def park(self, pod: PodInfo, message: str, elapsed: float) -> Decision: ...
+
+    def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None: ...
 
 
 class Scheduler:
@@ -197,51 +259,118 @@ class Scheduler:
     # ------------------------------------------------------------------ the scheduling cycle
 
     def schedule(self, queued: QueuedPod[PodInfo]) -> list[Decision]:
-        """The cycle for a popped pod: its whole pod group's (`scheduler.core.group`) when it
-        belongs to one, else its own."""
+        """The cycle for a popped pod: the group algorithm (`scheduler.core.group`) for a
+        member of a pod group, else the single-pod algorithm (`schedule_one`)."""
         if self.groups is not None and queued.pod.pod_group is not None:
             return self.groups.schedule(self, queued)
         return [self.schedule_one(queued)]
 
     def schedule_one(self, queued: QueuedPod[PodInfo]) -> Decision:
+        """The single-pod algorithm: place, and commit or park (PostFilter when no node
+        fits)."""
         pod = queued.pod
-        key = pod.key
-        fw = self.frameworks.get(pod.scheduler_name)
+        fw = self.profile_of(pod)
         if fw is None:  # the configuration changed: no longer ours
-            self.queue.delete(key)
-            return Decision(pod, "skipped", message=f"no profile {pod.scheduler_name!r}")
+            return self.park(pod, "", 0.0)
         start = self.timer()
-        state = CycleState()
-        # pods nominated elsewhere with priority >= this one's hold their room (kube's nominator)
+        try:
+            placement = self.place(queued, post_filter=True)
+        except Exception as exc:  # a plugin bug must not stop the loop
+            return self._error(pod, fw, exc, start)
+        if placement.assumed is None:
+            post = placement.post
+            message = placement.result.message or NO_NODES_MESSAGE
+            if post is not None and post.message:
+                message = f"{message} {post.message}"
+            self._act_on_preemption(pod, post)
+            return self._unschedulable(pod, fw, message, placement.elapsed, placement.result)
+        return self.commit(placement, placement.elapsed)
+
+    # ------------------------------------------------------------------ placement interface
+
+    def profile_of(self, pod: PodInfo) -> Framework | None:
+        """The profile that schedules the pod (None: no longer ours)."""
+        return self.frameworks.get(pod.scheduler_name)
+
+    def now(self) -> float:
+        """The queue's clock (backoff and timeouts are measured on it)."""
+        return self.queue.now()
+
+    def evaluate(self, pod: PodInfo) -> ScheduleResult | None:
+        """The decision for a pod on the current view (nominated pods counted), nothing
+        assumed: every node's verdict and score. None when no profile schedules it."""
+        fw = self.profile_of(pod)
+        if fw is None:
+            return None
         with self.cache.nominated(self.nominator.counted_for(pod)):
-            try:
-                result = self._prefer_nominated(
-                    fw, state, pod, fw.schedule(pod, self.cache.snapshot, state)
-                )
-            except Exception as exc:  # a plugin bug must not stop the loop
-                return self._error(pod, fw, exc, start)
+            return self._decide(fw, pod, CycleState())
+
+    def place(
+        self,
+        queued: QueuedPod[PodInfo],
+        *,
+        within: Sequence[FilterPlugin] = (),
+        post_filter: bool = False,
+    ) -> Placement:
+        """Place one pod on the current view: PreFilter, Filter (`within` first: the nodes
+        a placement allows), Score, its nominated node preferred, allocate; when a node fits
+        the pod is assumed there with its GPU set (undone by `revert`, kept by `commit`).
+        Nominated pods of priority >= its own hold their room (kube's nominator). With
+        `post_filter`, PostFilter runs when no node fits (its answer in `Placement.post`).
+        Raises what a plugin raises; the pod needs a profile (`profile_of`)."""
+        pod = queued.pod
+        fw = self.frameworks[pod.scheduler_name]
+        start = self.timer()
+        state = CycleState(within)
+        post: PostFilterResult | None = None
+        with self.cache.nominated(self.nominator.counted_for(pod)):
+            result = self._prefer_nominated(fw, state, pod, self._decide(fw, pod, state))
             elapsed = self.timer() - start
             self.hooks.decided(pod, result, state)
-            if result.node is None:
-                message = result.message or NO_NODES_MESSAGE
-                if fw.post_filters:
-                    state.write(CONTEXT_KEY, self._preemption_context(fw, self.pending_members))
-                    try:
-                        post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
-                    except Exception as exc:
-                        return self._error(pod, fw, exc, start)
-                    if post is not None and post.message:
-                        message = f"{message} {post.message}"
-        if result.node is None:
-            self._act_on_preemption(pod, state.get(OUTCOME_KEY))
-            return self._unschedulable(pod, fw, message, elapsed, result)
-        self.forget_nomination(key)
-        node = result.node
-        gpus = result.gpus
-        state.write(ALLOCATION_KEY, result.allocation)
-        self.cache.assume(pod, node, gpus)
-        assumed = Assumed(pod, node, gpus, fw, state, queued.attempts, start)
-        return self.reserve_and_permit(assumed, result, elapsed)
+            if result.node is None and post_filter and fw.post_filters:
+                state.write(CONTEXT_KEY, self._preemption_context(fw, self.pending_members))
+                post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
+        placement = Placement(queued, fw, state, result, start, elapsed, post=post)
+        if result.node is not None:
+            state.write(ALLOCATION_KEY, result.allocation)
+            self.cache.assume(pod, result.node, result.gpus)
+            placement.assumed = Assumed(pod, result.node, fw, state, queued.attempts, start)
+        return placement
+
+    def commit(self, placement: Placement, elapsed: float) -> Decision:
+        """Keep a placed pod: its nomination ends, Reserve and Permit run; a rejection or an
+        error undoes the assumption (the pod waits, or backs off)."""
+        assumed = placement.assumed
+        assert assumed is not None
+        self.forget_nomination(assumed.pod.key)
+        decision = self.reserve_and_permit(assumed, placement.result, elapsed)
+        placement.committed = decision.outcome == "assumed"
+        return decision
+
+    def revert(self, placement: Placement) -> None:
+        """Undo a placement: Unreserve when it was committed, forget the assumption."""
+        assumed = placement.assumed
+        if assumed is None:
+            return
+        if placement.committed:
+            self._undo(assumed)
+        elif self.still_assumed(assumed.pod):
+            self.cache.forget(assumed.pod.key)
+        placement.assumed = None
+        placement.committed = False
+
+    def park(self, pod: PodInfo, message: str, elapsed: float) -> Decision:
+        """The pod waits as unschedulable with `message` (a pod no profile schedules leaves
+        the queue: skipped)."""
+        fw = self.profile_of(pod)
+        if fw is None:
+            self.queue.delete(pod.key)
+            return Decision(pod, "skipped", message=f"no profile {pod.scheduler_name!r}")
+        return self._unschedulable(pod, fw, message, elapsed, None)
+
+    def _decide(self, fw: Framework, pod: PodInfo, state: CycleState) -> ScheduleResult:
+        """The framework's decision on the current snapshot: the one call of it in the core."""
+        return fw.schedule(pod, self.cache.snapshot, state)
 
     def reserve_and_permit(
         self, assumed: Assumed, result: ScheduleResult, elapsed: float
@@ -305,27 +434,27 @@ class Scheduler:
         """A pod group that does not fit: when its leading member fits nowhere, PostFilter
         (DefaultPreemption) runs for it with the other pending members placed together, so
         victims are evicted only if the whole gang then fits. The FailedScheduling suffix."""
-        fw = self.frameworks.get(leader.scheduler_name)
+        fw = self.profile_of(leader)
         if fw is None or not fw.post_filters:
             return None
         state = CycleState()
-        result = fw.schedule(leader, self.cache.snapshot, state)
+        result = self._decide(fw, leader, state)
         if result.node is not None:  # it fits alone: eviction is no help to the group
             return None
         state.write(CONTEXT_KEY, self._preemption_context(fw, lambda _: members))
         post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
-        self._act_on_preemption(leader, state.get(OUTCOME_KEY))
+        self._act_on_preemption(leader, post)
         return post.message if post is not None else None
 
-    def _act_on_preemption(self, pod: PodInfo, outcome: Outcome | None) -> None:
+    def _act_on_preemption(self, pod: PodInfo, post: PostFilterResult | None) -> None:
         """Carry out what DefaultPreemption decided: victims waiting on Permit are rejected,
         the front end evicts the others; lower-priority nominations on the node are cleared
         and the pod is nominated there (kube's prepareCandidate, then the nomination)."""
-        if outcome is None:
+        if post is None:
             return
-        plan = outcome.plan
+        plan = post.plan
         if plan is None:
-            if outcome.clear_nomination and self.nominator.remove(pod.key) is not None:
+            if post.clear_nomination and self.nominator.remove(pod.key) is not None:
                 self.hooks.nominated(pod, None)
             return
         waiting = {

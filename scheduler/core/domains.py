@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scheduler.core.framework import CycleState, ReasonMasks
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 
 __all__ = [
     "NVLINK_CLIQUE",
+    "DomainFilter",
     "DomainIndex",
     "Room",
     "domain_index",
@@ -51,6 +53,23 @@ class DomainIndex:
 
     def of_slot(self, slot: int) -> int:
         return int(self.ids[slot]) if slot < self.ids.size else -1
+
+
+class DomainFilter:
+    """The Filter a pod group's placement adds in front of the profile's: nodes outside the
+    domain the group is being placed in (one value of a topology level) are rejected."""
+
+    name = "PodGroup"
+
+    def __init__(self, index: DomainIndex, domain: int) -> None:
+        self.value = index.values[domain]
+        self.reason = f"node(s) outside the pod group's {index.key}={self.value}"
+        self.outside = ~index.mask(domain)
+
+    def filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
+    ) -> ReasonMasks:
+        return [(self.reason, self.outside[: snapshot.capacity])]
 
 
 def domain_index(snapshot: Snapshot, key: str) -> DomainIndex:

@@ -20,16 +20,18 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 
+if TYPE_CHECKING:
+    from scheduler.core.preemption import Plan
+
 __all__ = [
     "ALLOCATION_KEY",
-    "DOMAIN_KEY",
     "MAX_NODE_SCORE",
     "NO_NODES_MESSAGE",
     "POINTS",
@@ -71,14 +73,12 @@ __all__ = [
 MAX_NODE_SCORE = 100
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 ALLOCATION_KEY = "topo-scheduler/allocation"
-"""CycleState key of the devices allocated on the chosen node (an `Allocation` or None)."""
+"""CycleState key of the devices allocated on the chosen node (an `Allocation` or None):
+the one channel of the GPU set from the cycle's assumption to Bind (`Assumed.gpus`,
+DefaultBinder)."""
 FILTER_PLUGINS_KEY = "topo-scheduler/filter-plugins"
 """CycleState key of the plugin behind each entry of the decision's filter trace, in order
 (PostFilter plugins read it: kube's per-node status carries the plugin)."""
-
-DOMAIN_KEY = "topo-scheduler/domain"
-"""CycleState key of the network domain a pod group member must go to: (the filter reason
-for nodes outside it, mask of the slots inside), written by the group cycle."""
 
 # A filter's verdict: (reason, mask of slots failing for that reason), in reason order.
 ReasonMasks = list[tuple[str, BoolArray]]
@@ -88,12 +88,15 @@ class CycleState:
     """What plugins compute during one pod's cycle and read at later points (kube's
     CycleState). Keys are namespaced by the writing plugin's name by convention."""
 
-    __slots__ = ("_data", "skip_filter", "skip_score")
+    __slots__ = ("_data", "skip_filter", "skip_score", "within")
 
-    def __init__(self) -> None:
+    def __init__(self, within: Sequence[FilterPlugin] = ()) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()  # plugins whose PreFilter said Skip
         self.skip_score: set[str] = set()  # plugins whose PreScore said Skip
+        # the placement's own filters, run before the profile's: the nodes a group
+        # algorithm's placement allows (a pod group's domain, `scheduler.core.domains`)
+        self.within: tuple[FilterPlugin, ...] = tuple(within)
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -169,10 +172,13 @@ class FilterPlugin(Protocol):
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
     """A PostFilter's answer: a node nominated for the pod, and/or a message to append to
-    the FailedScheduling text."""
+    the FailedScheduling text. Preemption's plan (victims, nominations) rides with it for the
+    cycle to act on; `clear_nomination`: the pod's own nomination no longer helps."""
 
     nominated_node: str | None = None
     message: str | None = None
+    plan: Plan | None = None
+    clear_nomination: bool = False
 
 
 @runtime_checkable
@@ -592,13 +598,6 @@ class Framework:
             trace.append((absent, [(absent_reason(plugin_name), absent)]))
             rejecting.append(plugin_name)
             alive &= allowed
-        domain = state.get(DOMAIN_KEY)
-        if domain is not None:  # a pod group's network domain (scheduler.core.group)
-            reason, inside = domain
-            outside = alive & ~inside
-            trace.append((outside, [(reason, outside)]))
-            rejecting.append("PodGroup")
-            alive &= inside
         alive, rejections = self.run_filters(state, pod, snapshot, alive)
         for plugin_name, rejected, masks in rejections:
             trace.append((rejected, masks))
@@ -608,11 +607,13 @@ class Framework:
     def run_filters(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
     ) -> tuple[BoolArray, list[tuple[str, BoolArray, ReasonMasks]]]:
-        """Filter plugins in order over the candidate slots: the slots that pass, and per
-        rejecting plugin its name, the slots it rejected first and its reasons."""
+        """Filter plugins in order over the candidate slots (the placement's, `state.within`,
+        before the profile's): the slots that pass, and per rejecting plugin its name, the
+        slots it rejected first and its reasons."""
         alive = candidates.copy()
         rejections: list[tuple[str, BoolArray, ReasonMasks]] = []
-        for plugin in self.filters:
+        within = state.within
+        for plugin in (*within, *self.filters) if within else self.filters:
             if not alive.any():
                 break
             if plugin.name in state.skip_filter:

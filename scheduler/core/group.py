@@ -53,10 +53,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.core.cycle import Assumed, Decision, Scheduler
+from scheduler.core.cycle import Decision, Placement, PodScheduling
 from scheduler.core.decode import FieldError, Fields
 from scheduler.core.domains import (
     NVLINK_CLIQUE,
+    DomainFilter,
     DomainIndex,
     Room,
     domain_index,
@@ -65,14 +66,7 @@ from scheduler.core.domains import (
     rooms,
     walk_levels,
 )
-from scheduler.core.framework import (
-    ALLOCATION_KEY,
-    DOMAIN_KEY,
-    NO_NODES_MESSAGE,
-    CycleState,
-    Framework,
-    ScheduleResult,
-)
+from scheduler.core.framework import NO_NODES_MESSAGE, ScheduleResult
 from scheduler.core.model import (
     ANNOTATION_TOPOLOGY_PREFERRED,
     ANNOTATION_TOPOLOGY_REQUIRED,
@@ -275,20 +269,10 @@ def ordinal(n: int) -> str:
 
 
 @dataclass(slots=True)
-class _Placed:
-    pod: PodInfo
-    queued: QueuedPod[PodInfo]
-    framework: Framework
-    state: CycleState
-    result: ScheduleResult
-    started: float
-
-
-@dataclass(slots=True)
 class _Attempt:
     """One try of placing the pending members (in a domain or anywhere)."""
 
-    placed: list[_Placed]
+    placed: list[Placement]  # members assumed on their node (reverted when not kept)
     failed: list[tuple[int, PodInfo, ScheduleResult | None, str]]  # (position, pod, result, why)
     domain: tuple[str, str] | None = None  # (label key, value)
 
@@ -381,7 +365,7 @@ class GroupCycle:
         self.last.pop((source, key), None)
 
     def reconcile(
-        self, sched: Scheduler, source: str, key: str, *, report: bool = True
+        self, sched: PodScheduling, source: str, key: str, *, report: bool = True
     ) -> Reconciled:
         """The group's PodGroup changed, became unreadable or was deleted: its pending
         members that wait are tried again under what the group now is (their backoff
@@ -454,7 +438,7 @@ class GroupCycle:
             spec = dataclasses.replace(spec, required=required, preferred=preferred)
         return spec
 
-    def retry(self, sched: Scheduler, pod: PodInfo) -> bool:
+    def retry(self, sched: PodScheduling, pod: PodInfo) -> bool:
         """A member's binding failed: it backs off as every pod does (the queue's backoff:
         podInitialBackoffSeconds doubling up to podMaxBackoffSeconds), with the group's
         priority when others of its group are bound. Whether it was requeued."""
@@ -468,12 +452,11 @@ class GroupCycle:
 
     # ------------------------------------------------------------------ the group cycle
 
-    def _now(self, sched: Scheduler) -> float:
-        clock = self.clock or sched.queue._clock
-        return clock()
+    def _now(self, sched: PodScheduling) -> float:
+        return self.clock() if self.clock is not None else sched.now()
 
     def _split(
-        self, sched: Scheduler, gid: GroupId, popped: QueuedPod[PodInfo]
+        self, sched: PodScheduling, gid: GroupId, popped: QueuedPod[PodInfo]
     ) -> tuple[list[QueuedPod[PodInfo]], list[PodInfo]]:
         """(pending members, queued; members assumed or bound); forgets the gone ones."""
         members = self.members.setdefault(gid, {})
@@ -495,7 +478,7 @@ class GroupCycle:
             del members[key]  # deleted, bound elsewhere, or left the group
         return pending, placed
 
-    def schedule(self, sched: Scheduler, popped: QueuedPod[PodInfo]) -> list[Decision]:
+    def schedule(self, sched: PodScheduling, popped: QueuedPod[PodInfo]) -> list[Decision]:
         """The group cycle for a popped member (see the module's docstring)."""
         ref = popped.pod.pod_group
         assert ref is not None
@@ -545,10 +528,7 @@ class GroupCycle:
             rejected = decisions[-1]
             decided.add(rejected.pod.key)
             problem = f"pod group {spec.key}: {rejected.pod.key}: {rejected.message}"
-            for d in decisions:
-                if d.assumed is not None:
-                    sched._undo(d.assumed)
-        self._forget(sched, attempt)
+        self._revert(sched, attempt)
         message = problem or self._message(spec, attempt, len(pending), need)
         if problem is None and short is None:  # evict lower-priority pods only for all of it
             suffix = sched.preempt_for_group(pending[0].pod, [q.pod for q in pending[1:]])
@@ -561,11 +541,11 @@ class GroupCycle:
         decisions = []
         for qp in pending:
             qp.attempts = attempts  # one backoff for the whole group
-            fw = _fw(sched, qp.pod)
-            if fw is None:
-                sched.queue.delete(qp.key)
-            elif qp.key not in decided:
-                decisions.append(sched._unschedulable(qp.pod, fw, message, share, None))
+            if qp.key in decided:
+                continue
+            decision = sched.park(qp.pod, message, share)  # no profile: it leaves the queue
+            if decision.outcome != "skipped":
+                decisions.append(decision)
         self._report(
             GroupOutcome(
                 spec,
@@ -581,7 +561,7 @@ class GroupCycle:
 
     def _scheduled(
         self,
-        sched: Scheduler,
+        sched: PodScheduling,
         spec: GroupSpec,
         gid: GroupId,
         pending: list[QueuedPod[PodInfo]],
@@ -596,9 +576,8 @@ class GroupCycle:
         self.started.pop(gid, None)
         chosen = {d.pod.key for d in decisions}
         for _, pod, _, why in attempt.failed:
-            fw = _fw(sched, pod)
-            if fw is not None and pod.key not in chosen:
-                decisions.append(sched._unschedulable(pod, fw, why, share, None))
+            if pod.key not in chosen and sched.profile_of(pod) is not None:
+                decisions.append(sched.park(pod, why, share))
         members = _member_map(pending, placed, sched)
         for d in decisions:
             if d.assumed is not None:
@@ -614,21 +593,15 @@ class GroupCycle:
             self.observer(outcome)
 
     def _park(
-        self, sched: Scheduler, popped: QueuedPod[PodInfo], message: str, start: float
+        self, sched: PodScheduling, popped: QueuedPod[PodInfo], message: str, start: float
     ) -> Decision:
-        fw = _fw(sched, popped.pod)
-        if fw is None:
-            sched.queue.delete(popped.key)
-            return Decision(
-                popped.pod, "skipped", message=f"no profile {popped.pod.scheduler_name!r}"
-            )
-        return sched._unschedulable(popped.pod, fw, message, sched.timer() - start, None)
+        return sched.park(popped.pod, message, sched.timer() - start)
 
     # ------------------------------------------------------------------ placing
 
     def _place(
         self,
-        sched: Scheduler,
+        sched: PodScheduling,
         spec: GroupSpec,
         pending: list[QueuedPod[PodInfo]],
         placed: list[PodInfo],
@@ -653,7 +626,7 @@ class GroupCycle:
                 if len(attempt.placed) >= need:
                     return attempt, self._note(index, room, candidates, "required"), None
                 best = _better(best, attempt)
-                self._forget(sched, attempt)
+                self._revert(sched, attempt)
             level = level_name(spec.required)
             message = (
                 f"pod group {spec.key}: no {level} domain holds {need} pods of the group "
@@ -673,7 +646,7 @@ class GroupCycle:
                 attempt = self._try(sched, pending, (index, room))
                 if len(attempt.placed) == len(pending):
                     return attempt, self._note(index, room, candidates, "preferred"), None
-                self._forget(sched, attempt)
+                self._revert(sched, attempt)
         attempt = self._try(sched, pending, None)
         walked = ", ".join(walk_levels(self.levels, spec.preferred))
         note = f"no domain of {walked} holds all {len(pending)} pods: placed across the cluster"
@@ -691,7 +664,7 @@ class GroupCycle:
         return f"{text}; group score {room.score}"
 
     def _own_domains(
-        self, sched: Scheduler, index: DomainIndex, placed: list[PodInfo]
+        self, sched: PodScheduling, index: DomainIndex, placed: list[PodInfo]
     ) -> set[int] | None:
         """The domains the group's placed members are in (a required level keeps them)."""
         if not placed:
@@ -705,7 +678,7 @@ class GroupCycle:
         return own
 
     def _shapes(
-        self, sched: Scheduler, pending: list[QueuedPod[PodInfo]]
+        self, sched: PodScheduling, pending: list[QueuedPod[PodInfo]]
     ) -> list[tuple[int, Any, Any]]:
         """Per distinct member shape: (members of it, room per slot, node totals)."""
         snapshot = sched.cache.snapshot
@@ -714,10 +687,9 @@ class GroupCycle:
             groups.setdefault(_shape(qp.pod), []).append(qp.pod)
         out = []
         for pods in groups.values():
-            fw = _fw(sched, pods[0])
-            if fw is None:
+            result = sched.evaluate(pods[0])
+            if result is None:
                 continue
-            result = fw.schedule(pods[0], snapshot, CycleState())
             feasible = result.feasible
             totals = (
                 result.totals
@@ -729,59 +701,44 @@ class GroupCycle:
 
     def _try(
         self,
-        sched: Scheduler,
+        sched: PodScheduling,
         pending: list[QueuedPod[PodInfo]],
         domain: tuple[DomainIndex, Room] | None,
     ) -> _Attempt:
-        """Place each member in turn on the snapshot (assumed before the next)."""
+        """Place each member in turn through the cycle (assumed before the next), inside
+        the domain when one is given (its Filter first)."""
         attempt = _Attempt([], [])
-        inside = None
-        reason = ""
+        within: tuple[DomainFilter, ...] = ()
         if domain is not None:
             index, room = domain
-            inside = index.mask(room.domain)
-            reason = f"node(s) outside the pod group's {index.key}={room.value}"
+            within = (DomainFilter(index, room.domain),)
             attempt.domain = (index.key, room.value)
-        snapshot = sched.cache.snapshot
         for position, qp in enumerate(pending, 1):
             pod = qp.pod
-            fw = _fw(sched, pod)
-            if fw is None:
+            if sched.profile_of(pod) is None:
                 attempt.failed.append((position, pod, None, f"no profile {pod.scheduler_name!r}"))
                 continue
-            started = sched.timer()
-            state = CycleState()
-            if inside is not None:
-                state.write(DOMAIN_KEY, (reason, inside[: snapshot.capacity]))
             try:
-                result = fw.schedule(pod, snapshot, state)
+                placement = sched.place(qp, within=within)
             except Exception as exc:  # a plugin bug: this member does not fit
                 attempt.failed.append((position, pod, None, str(exc) or type(exc).__name__))
                 continue
-            sched.hooks.decided(pod, result, state)
-            if result.node is None:
+            result = placement.result
+            if placement.assumed is None:
                 attempt.failed.append((position, pod, result, result.message or NO_NODES_MESSAGE))
                 continue
-            state.write(ALLOCATION_KEY, result.allocation)
-            sched.cache.assume(pod, result.node, result.gpus)
-            attempt.placed.append(_Placed(pod, qp, fw, state, result, started))
+            attempt.placed.append(placement)
         return attempt
 
-    def _forget(self, sched: Scheduler, attempt: _Attempt) -> None:
-        for p in attempt.placed:
-            if sched.still_assumed(p.pod):
-                sched.cache.forget(p.pod.key)
+    def _revert(self, sched: PodScheduling, attempt: _Attempt) -> None:
+        for placement in attempt.placed:
+            sched.revert(placement)
 
-    def _commit(self, sched: Scheduler, attempt: _Attempt, share: float) -> list[Decision]:
+    def _commit(self, sched: PodScheduling, attempt: _Attempt, share: float) -> list[Decision]:
         """Reserve and Permit every placed member; stops at the first that is rejected."""
         decisions: list[Decision] = []
-        for p in attempt.placed:
-            result = p.result
-            assert result.node is not None
-            assumed = Assumed(
-                p.pod, result.node, result.gpus, p.framework, p.state, p.queued.attempts, p.started
-            )
-            decision = sched.reserve_and_permit(assumed, result, share)
+        for placement in attempt.placed:
+            decision = sched.commit(placement, share)
             decisions.append(decision)
             if decision.outcome != "assumed":
                 break
@@ -813,7 +770,7 @@ def _better(best: _Attempt | None, attempt: _Attempt) -> _Attempt:
     return best
 
 
-def _short_of(sched: Scheduler, spec: GroupSpec) -> str | None:
+def _short_of(sched: PodScheduling, spec: GroupSpec) -> str | None:
     """The first resource of the group's minResources that the live nodes do not have free
     in total (None: they have it all)."""
     snapshot = sched.cache.snapshot
@@ -828,17 +785,13 @@ def _short_of(sched: Scheduler, spec: GroupSpec) -> str | None:
     return None
 
 
-def _fw(sched: Scheduler, pod: PodInfo) -> Framework | None:
-    return sched.frameworks.get(pod.scheduler_name)
-
-
-def _in_cache(sched: Scheduler, pod: PodInfo) -> bool:
+def _in_cache(sched: PodScheduling, pod: PodInfo) -> bool:
     cached = sched.cache.get(pod.key)
     return cached is not None and (not pod.uid or cached.uid == pod.uid)
 
 
 def _member_map(
-    pending: list[QueuedPod[PodInfo]], placed: list[PodInfo], sched: Scheduler
+    pending: list[QueuedPod[PodInfo]], placed: list[PodInfo], sched: PodScheduling
 ) -> dict[str, tuple[str | None, tuple[int, ...]]]:
     members: dict[str, tuple[str | None, tuple[int, ...]]] = {}
     for pod in placed:

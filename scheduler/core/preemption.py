@@ -26,9 +26,9 @@ Group membership is the pod's group key (a Kubernetes PodGroup, the
 `scheduling.x-k8s.io/pod-group` label or the `topo-scheduler.io/pod-group` annotation, as
 `scheduler.core.model` reads them), members read from the snapshot (`snapshot_group`).
 
-Nothing here evicts: the result is a `Plan` that the cycle hands to the front end
-(`CycleHooks.preempt`), which deletes the victims (in-cluster), removes them (simulator) or
-only reports them (`explain`).
+Nothing here evicts: the result is a `Plan`, returned in the PostFilter result, that the cycle
+hands to the front end (`CycleHooks.preempt`), which deletes the victims (in-cluster), removes
+them (simulator) or only reports them (`explain`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ __all__ = [
     "CONTEXT_KEY",
     "NOT_HELPFUL",
     "NO_VICTIMS",
-    "OUTCOME_KEY",
     "Outcome",
     "Plan",
     "PodGroup",
@@ -76,8 +75,6 @@ __all__ = [
 PLUGIN_NAME = "DefaultPreemption"
 CONTEXT_KEY = "topo-scheduler/preemption-context"
 """CycleState key under which the cycle hands preemption what a plugin cannot see."""
-OUTCOME_KEY = "topo-scheduler/preemption-outcome"
-"""CycleState key of the `Outcome` the PostFilter plugin reached."""
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"

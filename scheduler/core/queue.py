@@ -123,6 +123,10 @@ class SchedulingQueue(Generic[T]):
     def get(self, key: str) -> QueuedPod[T] | None:
         return self._pods.get(key)
 
+    def now(self) -> float:
+        """The queue's clock (backoff, timeouts and the time a pod was added read it)."""
+        return self._clock()
+
     def tracked(self) -> list[QueuedPod[T]]:
         """Every pod the queue tracks, wherever it is (e.g. a pod group's pending members)."""
         return list(self._pods.values())

@@ -684,3 +684,24 @@ def test_a_required_level_no_node_has_says_so() -> None:
     c.run()
     assert c.bound == {}
     assert c.events.failures[-1][1].endswith(": no node has the label example.com/no-such-level")
+
+
+def test_a_member_goes_to_its_nominated_node_when_it_fits_there() -> None:
+    # members go through the single pod's placement: the nominated node first, as kube
+    c = Cluster([gpu_node(f"n{i}") for i in range(4)])
+    w1 = member("w1", min_member=2)
+    w1["status"] = {"nominatedNodeName": "n3"}
+    c.add(member("w0", min_member=2), w1)
+    c.run()
+    assert c.bound == {"ml/w0": "n0", "ml/w1": "n3"}
+
+
+def test_a_higher_priority_nomination_holds_its_room_against_members() -> None:
+    c = Cluster([gpu_node(f"n{i}") for i in range(3)])
+    other = pod("big", {"cpu": "1", "nvidia.com/gpu": "8"})
+    other["spec"]["priority"] = 100
+    other["status"] = {"nominatedNodeName": "n0"}
+    c.sched.nominator.observe(PodInfo.from_object(other))
+    c.add(*(member(f"w{i}", min_member=2) for i in range(2)))
+    c.run()
+    assert c.bound == {"ml/w0": "n1", "ml/w1": "n2"}
