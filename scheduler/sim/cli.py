@@ -153,7 +153,8 @@ def run_simulate(args: argparse.Namespace) -> int:
                 preemption=not args.no_preemption,
             )
     except WorkLimitError as exc:
-        print(f"error: {one_line(scenario.source)}: {exc}", file=sys.stderr)
+        origin = trace.file if trace is not None else scenario.source
+        print(f"error: {one_line(origin)}: {exc}", file=sys.stderr)
         return 2
     if args.output == "json":
         print(json.dumps(doc, indent=2))

@@ -25,8 +25,9 @@ counted per priority.
 from __future__ import annotations
 
 import heapq
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ from scheduler.core.framework import (
 from scheduler.core.group import GroupCycle
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.preemption import PLUGIN_NAME as PREEMPTION_PLUGIN
-from scheduler.core.preemption import Plan
+from scheduler.core.preemption import Plan, group_key
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
 from scheduler.core.topology.device_plugin import device_plugin_set
 from scheduler.core.topology.schema import (
@@ -66,8 +67,17 @@ from scheduler.sim.policies import (
 )
 from scheduler.sim.quality import QualityModel, SetQuality, stretched_duration
 from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
+from scheduler.sim.work import (
+    ATTEMPT_OVERHEAD,
+    GROUPS,
+    MeteredNominator,
+    WorkLimitError,
+    WorkMeter,
+    meter_framework,
+)
 
 __all__ = [
+    "ATTEMPT_OVERHEAD",
     "POLICIES",
     "POLICY_ALIASES",
     "POLICY_DESCRIPTIONS",
@@ -75,6 +85,7 @@ __all__ = [
     "InvariantError",
     "JobRecord",
     "Simulation",
+    "WorkLimitError",
     "count_only_config",
 ]
 
@@ -93,16 +104,13 @@ class InvariantError(AssertionError):
 
 
 WORK_LIMIT = 50_000_000
-"""Scheduling work per policy run, in node evaluations: each attempt costs the node count plus
-ATTEMPT_OVERHEAD (the cycle's fixed cost, about 50 node evaluations). One to three minutes on
-one core (measured: 0.9 us per evaluation on 1 node, 2.8 us on 10,000). Many jobs waiting on a
-small cluster retry on every completion, so the work can grow with the square of the jobs
-(1,000 8-GPU jobs on one node: 500,000 attempts)."""
-ATTEMPT_OVERHEAD = 50
-
-
-class WorkLimitError(RuntimeError):
-    """A run needs more scheduling work than WORK_LIMIT; the message says so in one line."""
+"""Work per policy run, in node evaluations, over every phase (`scheduler.sim.work`): each
+scheduling attempt costs the node count plus ATTEMPT_OVERHEAD (the cycle's fixed cost, about
+50 node evaluations), and preemption, pod-group and nomination reads are charged as they go.
+One to three minutes on one core (measured: 0.9 us per evaluation on 1 node, 2.8 us on
+10,000). Many jobs waiting on a small cluster retry on every completion, so the work can grow
+with the square of the jobs (1,000 8-GPU jobs on one node: 500,000 attempts), and a pod group's
+preemption reads all its pending members, for each of them under the kube+ policies."""
 
 
 def count_only_config(scheduler_name: str = "topo-scheduler") -> SchedulerConfiguration:
@@ -201,6 +209,7 @@ class Simulation:
     ) -> None:
         from plugins import frameworks_for, gpu_resource, topology_levels
 
+        started = time.perf_counter()
         policy = POLICY_ALIASES.get(policy, policy)
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
@@ -218,11 +227,17 @@ class Simulation:
         if not preemption:  # `--no-preemption`: the same profile without its PostFilter
             for fw in self.frameworks.values():
                 fw.post_filters = [p for p in fw.post_filters if p.name != PREEMPTION_PLUGIN]
+        self.decisions = 0
+        self.now = 0.0
+        self.kubelets: dict[str, _Kubelet] = {}
+        # every phase's work, against WORK_LIMIT (read now: tests lower it)
+        self.meter = WorkMeter(WORK_LIMIT, self._where_the_work_went)
+        for fw in self.frameworks.values():
+            meter_framework(fw, self.meter)
         self.scheduler_name = self.config.profiles[0].scheduler_name
         self.check = check
         self.on_decision = on_decision
         self.progress = progress
-        self.now = 0.0
         self.cache = Cache(gpu_resource(self.config))
         self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
             lambda: self.now,
@@ -233,6 +248,17 @@ class Simulation:
         self.cycle = Scheduler(
             self.cache, self.queue, self.frameworks, _ClusterBinder(self), _Observer(self)
         )
+        self.cycle.nominator = MeteredNominator(self.meter)
+        self.cycle.pending_members = self._pending_members
+        preempt_for_group = self.cycle.preempt_for_group
+
+        def metered_preempt_for_group(leader: PodInfo, members: Sequence[PodInfo]) -> str | None:
+            self.meter.charge(len(members), GROUPS)
+            return preempt_for_group(leader, members)
+
+        self.cycle.preempt_for_group = metered_preempt_for_group  # type: ignore[method-assign]
+        # pod group key -> its pods' keys (so preemption need not scan the whole queue)
+        self._group_pods: dict[str, dict[str, None]] = {}
         self.gangs = GangTracker()  # multi-node jobs: start when all workers run
         if policy in (TOPO, TOPO_NVIDIA_DP):  # count-only: one pod at a time, as kube
             levels = topology_levels(self.config) or scenario.network_levels
@@ -241,16 +267,17 @@ class Simulation:
         self.records: dict[str, JobRecord] = {
             f"default/{j.name}": JobRecord(j) for j in scenario.jobs
         }
-        self.kubelets: dict[str, _Kubelet] = {}
+        if len(self.records) != len(scenario.jobs):  # parse_scenario and replay_on prevent it
+            names = Counter(j.name for j in scenario.jobs)
+            twice = next(name for name, n in names.items() if n > 1)
+            raise ValueError(f"jobs: pod name {twice!r} is used twice")
         self._inter_node: dict[str, float] = {}  # node -> inter-node bandwidth, GB/s
         self.pod_objects: dict[str, dict[str, Any]] = {}
         self._bound: dict[str, PodInfo] = {}
         self.samples: list[Sample] = []
-        self.decisions = 0
         self.scheduled = 0
-        self.schedule_seconds = 0.0  # wall time in scheduling cycles (decide + assume)
+        self.schedule_seconds = 0.0  # wall time deciding (PreFilter to the node choice)
         self.events = 0
-        self.work = 0  # node evaluations, bounded by WORK_LIMIT
         self.total_gpus = 0
         self._pending_sizes: Counter[int] = Counter()
         self._heap: list[tuple[float, int, int, str]] = []
@@ -258,6 +285,36 @@ class Simulation:
         self._completion: dict[str, int] = {}  # pod key -> its live completion event
         self.preempted: Counter[int] = Counter()  # preemptions by the victim's priority
         self.lost_gpu_seconds: dict[int, float] = {}  # by the victim's priority
+        # wall time of every phase: set-up here, then the whole run (`run`)
+        self.wall_seconds = time.perf_counter() - started
+
+    @property
+    def work(self) -> int:
+        """Node evaluations so far, over every phase (bounded by WORK_LIMIT)."""
+        return self.meter.used
+
+    def _where_the_work_went(self) -> str:
+        return (
+            f"policy {self.policy}: more than {self.meter.limit:,} node evaluations by "
+            f"t={self.now:,.0f}s ({self.decisions:,} scheduling attempts on "
+            f"{len(self.kubelets):,} node(s))"
+        )
+
+    def _pending_members(self, pod: PodInfo) -> list[PodInfo]:
+        """The other members of the pod's group waiting in the queue (what the cycle's own
+        lookup returns, from the group's pods rather than the whole queue), charged one node
+        evaluation per member read."""
+        key = group_key(pod)
+        if key is None:
+            return []
+        keys = self._group_pods.get(key, {})
+        self.meter.charge(len(keys), GROUPS)
+        members = []
+        for k in keys:
+            qp = self.queue.get(k) if k != pod.key else None
+            if qp is not None and group_key(qp.pod) == key:
+                members.append(qp.pod)
+        return members
 
     # ------------------------------------------------------------------ setup
 
@@ -285,7 +342,14 @@ class Simulation:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> Simulation:
-        """Replay the whole trace; returns self."""
+        """Replay the whole trace; returns self. `wall_seconds` counts every phase."""
+        started = time.perf_counter()
+        try:
+            return self._run()
+        finally:
+            self.wall_seconds += time.perf_counter() - started
+
+    def _run(self) -> Simulation:
         self._setup()
         self._sample()
         while True:
@@ -331,15 +395,12 @@ class Simulation:
                 self.gangs.round_done()
                 return
             self.records[qp.key].attempts = qp.attempts
-            self.work += len(self.kubelets) + ATTEMPT_OVERHEAD
-            if self.work > WORK_LIMIT:
-                raise WorkLimitError(
-                    f"policy {self.policy}: more than {WORK_LIMIT:,} node evaluations by "
-                    f"t={self.now:,.0f}s ({self.decisions:,} scheduling attempts on "
-                    f"{len(self.kubelets):,} node(s)), the simulator's limit: fewer jobs waiting "
-                    "at once, or fewer nodes"
-                )
-            for decision in self.cycle.schedule(qp):  # a pod group's members together
+            group = group_key(qp.pod) if self.cycle.groups is not None else None
+            if group is not None:  # the group cycle reads all the group's members first
+                self.meter.charge(len(self._group_pods.get(group, ())), GROUPS)
+            decisions = self.cycle.schedule(qp)  # a pod group's members together
+            self.meter.check()  # a charge past the limit may have been caught in the cycle
+            for decision in decisions:
                 self.schedule_seconds += decision.elapsed
                 if decision.outcome == "skipped":
                     self.records[decision.pod.key].reason = decision.message
@@ -355,6 +416,9 @@ class Simulation:
         pod = PodInfo.from_object(obj)
         record.state = "pending"
         self._pending_sizes[record.job.gpus] += 1
+        group = group_key(pod)
+        if group is not None:
+            self._group_pods.setdefault(group, {})[key] = None
         self.cycle.enqueue(pod)
 
     def _complete(self, key: str) -> None:

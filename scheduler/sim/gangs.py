@@ -41,6 +41,9 @@ class GangTracker:
         self.gangs: dict[str, _Gang] = {}
         self.partial: set[str] = set()  # ever partially placed after a scheduling round
         self.idle_gpu_seconds = 0.0
+        # groups that had a worker bound in this round: only their state can have changed
+        # (a round looks at these, not at every group bound so far)
+        self._touched: dict[str, None] = {}
 
     def bound(self, sim: Simulation, key: str, node: str) -> list[str]:
         """A pod was bound: the pods whose run starts now (all workers at the last one)."""
@@ -50,6 +53,7 @@ class GangTracker:
         gang = self.gangs.setdefault(job.group, _Gang(job.arrival, job.workers, job.gpus))
         gang.bound[key] = sim.now
         gang.nodes[key] = node
+        self._touched[job.group] = None
         if gang.started is not None or len(gang.bound) < gang.workers:
             return [] if gang.started is None else [key]
         gang.started = sim.now
@@ -59,9 +63,11 @@ class GangTracker:
 
     def round_done(self) -> None:
         """After a scheduling round: note the groups left partially placed."""
-        for name, gang in self.gangs.items():
+        for name in self._touched:
+            gang = self.gangs[name]
             if gang.started is None and 0 < len(gang.bound) < gang.workers:
                 self.partial.add(name)
+        self._touched.clear()
 
     def summary(self, sim: Simulation, end: float) -> dict[str, Any] | None:
         groups = {r.job.group for r in sim.records.values() if r.job.group is not None}

@@ -23,7 +23,7 @@ __all__ = ["WALL_CLOCK_FIELDS", "document", "plot", "render_table", "summarize"]
 SERIES_POINTS = 100
 _STYLES = {TOPO: "-", TOPO_NVIDIA_DP: "-.", KUBE_NVIDIA_DP: "--", KUBE_FIRST_FREE: ":"}
 WALL_CLOCK_FIELDS = frozenset(
-    {"wall_seconds", "throughput_decisions_per_second", "runtime_seconds"}
+    {"wall_seconds", "decide_seconds", "throughput_decisions_per_second", "runtime_seconds"}
 )
 """Fields that depend on the machine, not on the scenario and seed."""
 
@@ -167,7 +167,9 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         },
         "decisions": sim.decisions,
         "unschedulable_attempts": sim.decisions - sim.scheduled,
-        "wall_seconds": round(sim.schedule_seconds, 4),
+        "wall_seconds": round(sim.wall_seconds, 4),
+        "decide_seconds": round(sim.schedule_seconds, 4),
+        "work": {"node_evaluations": sim.meter.used, "limit": sim.meter.limit},
         "throughput_decisions_per_second": round(sim.decisions / sim.schedule_seconds, 1)
         if sim.schedule_seconds > 0
         else None,

@@ -49,9 +49,13 @@ __all__ = [
     "NodeTemplate",
     "Scenario",
     "ScenarioError",
+    "as_workers",
     "bundled_scenario_path",
+    "check_limits",
     "load_scenario",
+    "over_limit",
     "parse_scenario",
+    "worker_name",
 ]
 
 SCHEDULER_NAME = "topo-scheduler"
@@ -63,8 +67,9 @@ _TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs", "checkpointInterv
 _MAX_COUNT = 1_000_000
 MAX_NODES = 10_000
 MAX_JOBS = 100_000
+"""Pods in all: jobs, each worker of a multi-node job counting as one."""
 MAX_NODE_JOBS = 20_000_000
-"""Nodes times jobs: the work of a run grows with both (10,000 nodes and 2,000 jobs take about
+"""Nodes times pods: the work of a run grows with both (10,000 nodes and 2,000 jobs take about
 40 s per policy on one core, in 200 MB)."""
 MAX_SECONDS = 10 * 365 * 86_400
 """Times and durations: at most ten years of simulated seconds."""
@@ -216,7 +221,7 @@ class Scenario:
 
     @property
     def total_gpus(self) -> int:
-        return sum(t.count * int(t.resources.get(GPU_RESOURCE, "0")) for t in self.templates)
+        return sum(t.count * _gpus(t) for t in self.templates)
 
     @property
     def node_count(self) -> int:
@@ -225,7 +230,12 @@ class Scenario:
     @property
     def largest_node_gpus(self) -> int:
         """GPUs of the largest node: a one-pod job asking more can never be placed."""
-        return max((int(t.resources.get(GPU_RESOURCE, "0")) for t in self.templates), default=0)
+        return max((_gpus(t) for t in self.templates), default=0)
+
+
+def _gpus(template: NodeTemplate) -> int:
+    """GPUs of one node of the template (a checked whole quantity: `8`, `8.0`, `8e0`)."""
+    return resource_value(GPU_RESOURCE, template.resources.get(GPU_RESOURCE, "0"))
 
 
 # ---------------------------------------------------------------------------- field helpers
@@ -433,13 +443,19 @@ def _job_topology(value: Any, path: str) -> tuple[str, str] | None:
     return str(mode), _string(data[mode], f"{path}.{mode}")
 
 
+def worker_name(job: str, k: int) -> str:
+    """The pod name of worker k of a multi-node job (the job's name is its pod group's)."""
+    return f"{job}-w{k}"
+
+
 def as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list[Job]:
-    """A multi-node job as its worker pods (a pod group of `workers`); one worker stays one."""
+    """A multi-node job as its worker pods (a pod group of `workers`); one worker stays one.
+    The caller has counted its pods against the limits (`over_limit`)."""
     if workers <= 1:
         return [job]
     return [
         Job(
-            f"{job.name}-w{k}",
+            worker_name(job.name, k),
             job.arrival,
             job.duration,
             job.gpus,
@@ -474,7 +490,7 @@ def _requests(data: Mapping[str, Any], path: str, gpus: int) -> tuple[str, str]:
     return f"{millis}m", str(memory_bytes)
 
 
-def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
+def _explicit_jobs(data: Mapping[str, Any], path: str, room: _Room) -> list[Job]:
     _no_unknown(data, _JOB_FIELDS, path)
     name = _name(data.get("name"), f"{path}.name")
     arrival = _number(data.get("arrival"), f"{path}.arrival", default=0.0)
@@ -490,6 +506,10 @@ def _explicit_jobs(data: Mapping[str, Any], path: str) -> list[Job]:
     comm = _comm(data.get("comm"), f"{path}.comm")
     workers = _integer(data.get("workers"), f"{path}.workers", default=1, minimum=1)
     topology = _job_topology(data.get("topology"), f"{path}.topology")
+    if workers > 1:
+        room.take(count * workers, f"{path}.workers", f"{count:,} job(s) of {workers:,} workers")
+    else:
+        room.take(count, f"{path}.count")
     jobs = [
         Job(
             name if count == 1 else f"{name}-{k}",
@@ -518,7 +538,9 @@ def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]
     return out
 
 
-def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -> list[Job]:
+def _generated_jobs(
+    data: Mapping[str, Any], path: str, seed: int, index: int, room: _Room
+) -> list[Job]:
     _no_unknown(data, _GEN_FIELDS, path)
     count = _integer(data.get("generate"), f"{path}.generate")
     prefix = _name(data.get("namePrefix", f"job{index}"), f"{path}.namePrefix")
@@ -593,6 +615,7 @@ def _generated_jobs(data: Mapping[str, Any], path: str, seed: int, index: int) -
             comm,
         )
         workers = int(worker_rng.choices(*zip(*worker_weights, strict=True))[0])
+        room.take(workers, f"{path}.workers", f"job {job.name} of {workers:,} workers")
         jobs.extend(as_workers(job, workers, topology))
     return jobs
 
@@ -617,25 +640,26 @@ def parse_scenario(
         raise ScenarioError("nodes: must be a non-empty list of node templates")
     seen: set[str] = set()
     templates = [_node_template(raw, i, seen) for i, raw in enumerate(raw_nodes)]
+    _check_nodes(sum(t.count for t in templates))
+    room = _Room(sum(t.count for t in templates))  # pods, checked before they are made
     raw_jobs = top.get("jobs")
     if raw_jobs is None and not jobs_required:
         raw_jobs = []
     elif not isinstance(raw_jobs, list) or (not raw_jobs and jobs_required):
         raise ScenarioError("jobs: must be a non-empty list of jobs or job generators")
     jobs: list[Job] = []
+    entries: list[int] = []  # the `jobs` entry of each pod
     for i, raw in enumerate(raw_jobs):
         path = f"jobs[{i}]"
         item = _mapping(raw, path, required=True)
-        _within_job_limit(len(jobs), item, path)
+        _within_job_limit(room, item, path)
         if "generate" in item:
-            jobs.extend(_generated_jobs(item, path, used_seed, i))
+            made = _generated_jobs(item, path, used_seed, i, room)
         else:
-            jobs.extend(_explicit_jobs(item, path))
-    names: dict[str, int] = {}
-    for job in jobs:
-        if job.name in names:
-            raise ScenarioError(f"jobs: job name {job.name!r} is used twice")
-        names[job.name] = 1
+            made = _explicit_jobs(item, path, room)
+        jobs.extend(made)
+        entries.extend([i] * len(made))
+    _unique_names(jobs, entries)
     jobs.sort(key=lambda j: (j.arrival, j.name))
     scenario = Scenario(name, used_seed, templates, jobs, description, source)
     scenario.checkpoint_interval = _number(
@@ -645,32 +669,81 @@ def parse_scenario(
     return scenario
 
 
-def _within_job_limit(before: int, item: Mapping[str, Any], path: str) -> None:
-    """Refuse a job entry that would take the scenario past MAX_JOBS, before expanding it."""
+def over_limit(nodes: int, pods: int) -> str | None:
+    """Why `pods` pods on `nodes` nodes are more than a run may have (MAX_JOBS, MAX_NODE_JOBS;
+    every worker of a multi-node job is a pod), or None."""
+    if pods > MAX_JOBS:
+        return (
+            f"{pods:,} jobs in all; the simulator takes at most {MAX_JOBS:,} "
+            "(pods: each worker of a multi-node job counts)"
+        )
+    if nodes * pods > MAX_NODE_JOBS:
+        return (
+            f"nodes x jobs: {nodes:,} x {pods:,} is more than the simulator's limit of "
+            f"{MAX_NODE_JOBS:,} (fewer nodes or fewer jobs)"
+        )
+    return None
+
+
+class _Room:
+    """The pods of a scenario, counted against the limits before they are made."""
+
+    def __init__(self, nodes: int) -> None:
+        self.nodes = nodes
+        self.pods = 0
+
+    def take(self, pods: int, path: str, what: str = "") -> None:
+        problem = over_limit(self.nodes, self.pods + pods)
+        if problem is not None:
+            raise ScenarioError(f"{path}: {what}{': ' if what else ''}{problem}")
+        self.pods += pods
+
+
+def _within_job_limit(room: _Room, item: Mapping[str, Any], path: str) -> None:
+    """Refuse a job entry whose jobs alone (one pod each) take the scenario past the limits,
+    before anything is generated (the workers are counted as they are made)."""
     key = "generate" if "generate" in item else "count"
     planned = _integer(item.get(key), f"{path}.{key}", default=1)
-    if before + planned > MAX_JOBS:
+    if over_limit(room.nodes, room.pods + planned) is not None:
+        room.take(planned, f"{path}.{key}")
+
+
+def _unique_names(jobs: list[Job], entries: list[int]) -> None:
+    """Every pod has its own name; else name both entries (a worker is `<job>-w<k>`)."""
+    first: dict[str, int] = {}
+    for at, job in enumerate(jobs):
+        if job.name not in first:
+            first[job.name] = at
+            continue
+        other = first[job.name]
         raise ScenarioError(
-            f"{path}.{key}: {before + planned:,} jobs in all; the simulator takes at most "
-            f"{MAX_JOBS:,}"
+            f"jobs[{entries[at]}]: pod name {job.name!r} is already {_pod_of(jobs[other])} "
+            f"of jobs[{entries[other]}]; pod names must differ (worker k of a multi-node job "
+            "is named <job>-w<k>)"
         )
 
 
-def check_limits(scenario: Scenario) -> None:
-    """The limits that keep a run within minutes and a few hundred MB (see MAX_* above)."""
-    nodes = scenario.node_count
+def _pod_of(job: Job) -> str:
+    if job.group is None:
+        return "the name of a pod"
+    return f"the name of a worker of multi-node job {job.group!r}"
+
+
+def _check_nodes(nodes: int) -> None:
     if nodes > MAX_NODES:
         raise ScenarioError(
             f"nodes: {nodes:,} nodes in all; the simulator takes at most {MAX_NODES:,}"
         )
-    jobs = len(scenario.jobs)
-    if jobs > MAX_JOBS:
-        raise ScenarioError(f"jobs: {jobs:,} jobs in all; the simulator takes at most {MAX_JOBS:,}")
-    if nodes * jobs > MAX_NODE_JOBS:
-        raise ScenarioError(
-            f"nodes x jobs: {nodes:,} x {jobs:,} is more than the simulator's limit of "
-            f"{MAX_NODE_JOBS:,} (fewer nodes or fewer jobs)"
-        )
+
+
+def check_limits(scenario: Scenario) -> None:
+    """The limits that keep a run within minutes and a few hundred MB (see MAX_* above);
+    parsing and trace replay already checked the pods before making them."""
+    nodes = scenario.node_count
+    _check_nodes(nodes)
+    problem = over_limit(nodes, len(scenario.jobs))
+    if problem is not None:
+        raise ScenarioError(problem if problem.startswith("nodes x") else f"jobs: {problem}")
     for job in scenario.jobs:
         if job.arrival > MAX_SECONDS:
             raise ScenarioError(

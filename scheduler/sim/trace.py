@@ -11,22 +11,35 @@ onto existing nodes, else the fewest that do), placed whole by the gang schedule
 Otherwise `workers`, `gpu_model` and `status` are read and checked but do not change the
 replay: a job that fits a node runs as one pod for its duration (stretched by its GPU set's
 bandwidth, as any job).
-Errors name the file, the line (the header is line 1) and the column.
+Errors name the file, the line (the header is line 1) and the column. Numbers are read strictly
+(`go_parse_int`, `parse_decimal`: ASCII digits only, no `1_0`, no `nan`). The replay's pods
+(gang workers included) are counted against the scenario's limits row by row, before any row
+is expanded, and every pod name is allocated from one set (scenario pods and groups, trace pods
+and groups), so a worker `<job>-w<k>` and a job row never share a name.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from math import isqrt
 from pathlib import Path
 from typing import Any, TypeVar
 
+from scheduler.core.decode import go_parse_int, parse_decimal
 from scheduler.core.safeload import InputError, read_input
-from scheduler.sim.scenario import MAX_SECONDS, Job, Scenario, ScenarioError, as_workers
+from scheduler.sim.scenario import (
+    MAX_SECONDS,
+    Job,
+    Scenario,
+    ScenarioError,
+    as_workers,
+    over_limit,
+    worker_name,
+)
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -50,7 +63,7 @@ MAX_ROWS = 1_000_000
 MAX_GPUS = 1_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceRow:
     """One CSV row, checked; None where the cell is empty."""
 
@@ -99,38 +112,34 @@ def _cell(
     text: str,
     where: str,
     column: str,
-    parse: Callable[[str], N],
+    parse: Callable[[str], N | None],
     minimum: N,
     what: str,
     maximum: N,
 ) -> N | None:
-    """A checked cell: None when empty, else minimum <= `parse(text)` <= maximum."""
+    """A checked cell: None when empty, else minimum <= `parse(text)` <= maximum, where
+    `parse` returns None for text that is not a number of its kind."""
     if text == "":
         return None
-    problem = f"{where}: {column}: must be {what}, got {text!r}"
-    try:
-        value = parse(text)
-    except ValueError:
-        raise ScenarioError(problem) from None
-    if not math.isfinite(value) or value < minimum or value > maximum:
-        raise ScenarioError(problem)
+    value = parse(text) if len(text) <= _MAX_CELL_CHARS else None
+    if value is None or value < minimum or value > maximum:
+        shown = text if len(text) <= _MAX_CELL_CHARS else f"{text[:_MAX_CELL_CHARS]}..."
+        raise ScenarioError(f"{where}: {column}: must be {what}, got {shown!r}")
     return value
+
+
+_MAX_CELL_CHARS = 40
+"""A numeric cell longer than this is refused before it is read (and shown cut)."""
 
 
 def _seconds(text: str, where: str, column: str) -> float | None:
     what = f"a number of seconds from 0 to {MAX_SECONDS:,} (ten years)"
-    return _cell(text, where, column, float, 0.0, what, float(MAX_SECONDS))
+    return _cell(text, where, column, parse_decimal, 0.0, what, float(MAX_SECONDS))
 
 
 def _count(text: str, where: str, column: str, minimum: int) -> int | None:
     what = f"an integer from {minimum} to {MAX_GPUS:,}"
-    return _cell(text, where, column, _short_int, minimum, what, MAX_GPUS)
-
-
-def _short_int(text: str) -> int:
-    if len(text) > 20:
-        raise ValueError(text)
-    return int(text)
+    return _cell(text, where, column, go_parse_int, minimum, what, MAX_GPUS)
 
 
 def load_trace(path: str | Path) -> list[TraceRow]:
@@ -186,27 +195,49 @@ def parse_window(text: str) -> tuple[float, float | None]:
     start_text, sep, end_text = text.partition(":")
     if not sep:
         raise ScenarioError(f"--window: {text!r}: expected START:END in seconds, e.g. 0:86400")
-    problem = f"--window: {text!r}: START and END must be numbers of seconds"
-    try:
-        start = float(start_text) if start_text.strip() else 0.0
-        end = float(end_text) if end_text.strip() else None
-    except ValueError:
-        raise ScenarioError(problem) from None
-    if not math.isfinite(start) or start < 0 or (end is not None and not end > start):
+    start = parse_decimal(start_text) if start_text else 0.0
+    end = parse_decimal(end_text) if end_text else None
+    if start is None or (end_text and end is None):
+        raise ScenarioError(
+            f"--window: {text!r}: START and END must be numbers of seconds (e.g. 0:86400)"
+        )
+    if start < 0 or (end is not None and not end > start):
         raise ScenarioError(f"--window: {text!r}: need 0 <= START < END")
+    if start > MAX_SECONDS:
+        raise ScenarioError(
+            f"--window: {text!r}: START must be at most {MAX_SECONDS:,} s (ten years)"
+        )
     return start, end
 
 
 _NOT_NAME = re.compile(r"[^a-z0-9.-]+")
 
 
-def _job_name(row: TraceRow, seen: set[str]) -> str:
-    """A valid, unique pod name from the job cell (`row-N` when empty)."""
-    name = _NOT_NAME.sub("-", row.job.lower()).strip("-.")[:200] or f"row-{row.line}"
-    if name in seen:
-        name = f"{name}-line{row.line}"
-    seen.add(name)
-    return name
+def _candidates(base: str, line: int) -> Iterator[str]:
+    yield base
+    yield f"{base}-line{line}"
+    n = 2
+    while True:
+        yield f"{base}-line{line}-{n}"
+        n += 1
+
+
+def _job_name(row: TraceRow, workers: int, taken: set[str]) -> str:
+    """A valid pod name from the job cell (`row-N` when empty), `-lineN` added when it, or
+    one of its workers' names (`<name>-w<k>`), is taken; the names are then taken."""
+    base = _NOT_NAME.sub("-", row.job.lower()).strip("-.")[:200] or f"row-{row.line}"
+    for name in _candidates(base, row.line):
+        if workers == 1:
+            if name not in taken:
+                taken.add(name)
+                return name
+            continue
+        pods = [worker_name(name, k) for k in range(workers)]
+        if name not in taken and taken.isdisjoint(pods):
+            taken.add(name)  # the group's name: kept for it alone
+            taken.update(pods)
+            return name
+    raise AssertionError("unreachable: the candidates never end")
 
 
 def _workers(row: TraceRow, largest: int) -> int | None:
@@ -221,10 +252,21 @@ def _workers(row: TraceRow, largest: int) -> int | None:
     fits = row.workers and row.workers > 1 and gpus % row.workers == 0
     if fits and row.workers and gpus // row.workers <= largest:
         return row.workers
-    workers = -(-gpus // largest)
-    while gpus % workers:
-        workers += 1
-    return workers
+    return _smallest_divisor_from(gpus, -(-gpus // largest))
+
+
+def _smallest_divisor_from(n: int, low: int) -> int:
+    """The smallest divisor of n that is >= low (1 <= low <= n), in at most 2 sqrt(n) steps:
+    the divisors up to sqrt(n) upward from low, then the larger ones as n // c for the
+    cofactors c from min(n // low, sqrt(n)) down."""
+    root = isqrt(n)
+    for d in range(low, root + 1):
+        if n % d == 0:
+            return d
+    for c in range(min(n // low, root), 0, -1):
+        if n % c == 0:
+            return n // c
+    return n
 
 
 def replay_on(
@@ -233,10 +275,11 @@ def replay_on(
     """The scenario's own jobs plus the trace's (in the window, shifted so START is time 0)."""
     replay = TraceReplay(file, window, rows=len(rows))
     replay.largest_node_gpus = scenario.largest_node_gpus
-    arrivals = [r.arrival for r in rows if r.arrival is not None]
-    first = min(arrivals, default=0.0)
+    first = min((r.arrival for r in rows if r.arrival is not None), default=0.0)
     start, end = window
-    seen = {j.name for j in scenario.jobs}
+    # every pod and pod group name of the run, the scenario's own first
+    taken = {j.name for j in scenario.jobs} | {j.group for j in scenario.jobs if j.group}
+    pods, nodes = len(scenario.jobs), scenario.node_count
     for row in rows:
         if row.arrival is None or row.duration is None or row.gpus is None:
             replay.incomplete += 1
@@ -250,9 +293,14 @@ def replay_on(
             replay.not_placeable += 1
             replay.not_placeable_gpu_hours += row.gpus * row.duration / 3600
             continue
+        problem = over_limit(nodes, pods + workers)  # before the row's pods exist
+        if problem is not None:
+            what = f"a job of {workers:,} worker pods: " if workers > 1 else ""
+            raise ScenarioError(f"{file}: line {row.line}: gpus: {what}{problem}")
+        pods += workers
         gpus = row.gpus // workers
         job = Job(
-            _job_name(row, seen),
+            _job_name(row, workers, taken),
             round(offset - start, 3),
             max(MIN_DURATION, row.duration),
             gpus,
