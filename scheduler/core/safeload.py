@@ -10,13 +10,15 @@ knows it, the line and column. The limits (each stated in its error):
 - `MAX_EXPANDED_NODES` values once YAML aliases are expanded (an alias "bomb" fits in a few
   hundred bytes but expands to billions of values for whoever walks it).
 
-YAML timestamps are read as strings, as kube's YAML decoding (via JSON) reads them: a date
+Numbers are read as kube's YAML decoder reads them (no YAML 1.1 base-60 forms: `1:20` is a
+string). YAML timestamps are read as strings, as kube's YAML decoding (via JSON) reads them: a date
 field is whatever string was written, and `2020-02-30` is a string, not a crash.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,8 +147,26 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
 _Loader.add_constructor(_TIMESTAMP, _Loader.construct_yaml_str)  # type: ignore[type-var]
+# Numbers as kube's YAML decoder (go-yaml v2) reads them: no base-60 forms, so `1:20` is the
+# string it looks like, not 80 (YAML 1.1's sexagesimal, which only PyYAML still resolves).
+_NUMBERS = {
+    "tag:yaml.org,2002:int": re.compile(
+        r"""^(?:[-+]?0b[0-1_]+
+            |[-+]?0[0-7_]+
+            |[-+]?(?:0|[1-9][0-9_]*)
+            |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    ),
+    "tag:yaml.org,2002:float": re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+            |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+            |[-+]?\.(?:inf|Inf|INF)
+            |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+}
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP]
+    first: [(tag, _NUMBERS.get(tag, regexp)) for tag, regexp in resolvers if tag != _TIMESTAMP]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
