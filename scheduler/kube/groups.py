@@ -101,12 +101,10 @@ def _key(obj: Obj) -> tuple[str, str]:
 class KubeGroups:
     """The in-cluster scheduler's pod groups: discovery, watches, status writes."""
 
-    def __init__(self, owner: KubeScheduler) -> None:
+    def __init__(self, owner: KubeScheduler, cycle: GroupCycle) -> None:
         self.owner = owner
-        self.cycle = GroupCycle(
-            topology_levels(owner.config), owner.options.clock, observer=self.outcome
-        )
-        owner.cycle.groups = self.cycle
+        self.cycle = cycle  # the assembled group algorithm; its outcomes are written here
+        cycle.observer = self.outcome
         self.reflectors: dict[str, Reflector] = {}
         self.written: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.discovered = asyncio.Event()

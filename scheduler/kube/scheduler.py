@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import structlog
 
-from plugins import gpu_resource
+from scheduler.assembly import apply_backoff, assemble
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration
-from scheduler.core.cycle import Assumed, CycleHooks, Scheduler, queue_order
+from scheduler.core.cycle import Assumed, CycleHooks, Scheduler
 from scheduler.core.disruption import DisruptionBudget
 from scheduler.core.framework import (
     BindOutcome,
@@ -137,18 +137,26 @@ class KubeScheduler(CycleHooks):
         self.config = config
         self.frameworks = frameworks
         self.names = frozenset(frameworks)
-        # The core's GPU state accounts GPUTopology's resource; a changed resourceName
-        # applies on restart.
-        self.cache = Cache(gpu_resource(config))
-        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
-            self.options.clock,
-            max_unschedulable=self.options.max_unschedulable,
-            sort_key=queue_order(frameworks),
-        )
         self.binder = KubeBinder(self)
-        self.cycle = Scheduler(self.cache, self.queue, frameworks, self.binder, self)
-        self.groups = KubeGroups(self)  # PodGroup discovery and watches; the group cycle
-        self._apply_backoff(config)
+        # the one assembly (scheduler.assembly): the cache accounts GPUTopology's resource
+        # (a changed resourceName applies on restart), the queue's order and backoff, the
+        # cycle, the group algorithm
+        assembly = assemble(
+            config,
+            self.binder,
+            clock=self.options.clock,
+            frameworks=frameworks,
+            hooks=self,
+            initial_backoff=self.options.initial_backoff,
+            max_backoff=self.options.max_backoff,
+            max_unschedulable=self.options.max_unschedulable,
+        )
+        self.cache: Cache = assembly.cache
+        self.queue: SchedulingQueue[PodInfo] = assembly.queue
+        self.cycle: Scheduler = assembly.cycle
+        assert assembly.groups is not None
+        # PodGroup discovery and watches, status writes; the group algorithm
+        self.groups = KubeGroups(self, assembly.groups)
         self.pods = Reflector(
             client,
             "/api/v1/pods",
@@ -309,17 +317,6 @@ class KubeScheduler(CycleHooks):
                 await task
         self._tasks.clear()
 
-    def _apply_backoff(self, config: SchedulerConfiguration | None) -> None:
-        """The queue's pod backoff from the configuration (Options override it, for tests)."""
-        initial = self.options.initial_backoff
-        maximum = self.options.max_backoff
-        if initial is None:
-            initial = config.pod_initial_backoff_seconds if config is not None else 1.0
-        if maximum is None:
-            maximum = config.pod_max_backoff_seconds if config is not None else 10.0
-        self.queue.initial_backoff = float(initial)
-        self.queue.max_backoff = float(maximum)
-
     def apply_config(
         self, config: SchedulerConfiguration, frameworks: dict[str, Framework]
     ) -> None:
@@ -329,7 +326,7 @@ class KubeScheduler(CycleHooks):
         from now on; pods already backing off keep the time they were given.
         """
         self.config = config
-        self._apply_backoff(config)
+        apply_backoff(self.queue, config, self.options.initial_backoff, self.options.max_backoff)
         self.groups.apply_config(config)
         self.frameworks = frameworks
         self.cycle.frameworks = dict(frameworks)
