@@ -296,14 +296,15 @@ class Scheduler:
         """The queue's clock (backoff and timeouts are measured on it)."""
         return self.queue.now()
 
-    def evaluate(self, pod: PodInfo) -> ScheduleResult | None:
+    def evaluate(self, pod: PodInfo, state: CycleState | None = None) -> ScheduleResult | None:
         """The decision for a pod on the current view (nominated pods counted), nothing
-        assumed: every node's verdict and score. None when no profile schedules it."""
+        assumed: every node's verdict and score (`state`: the cycle state it was decided
+        in). None when no profile schedules it."""
         fw = self.profile_of(pod)
         if fw is None:
             return None
         with self.cache.nominated(self.nominator.counted_for(pod)):
-            return self._decide(fw, pod, CycleState())
+            return self._decide(fw, pod, state if state is not None else CycleState())
 
     def place(
         self,

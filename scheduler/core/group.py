@@ -82,6 +82,8 @@ from scheduler.core.queue import ClusterEvent, QueuedPod, Where
 from scheduler.core.topology.schema import ANNOTATION_PLACEMENT
 
 __all__ = [
+    "Blocked",
+    "DomainFit",
     "GroupCycle",
     "GroupError",
     "GroupOutcome",
@@ -278,6 +280,46 @@ class _Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class DomainFit:
+    """One domain of a level the group algorithm looked at, for a group it could not place:
+    how many pending members fit there by its free room, and how many were placed when the
+    domain was tried (None: not tried)."""
+
+    key: str
+    value: str
+    fit: int
+    placed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The first member that did not fit (in the try the group's message reports): its
+    position among the pending members and its decision (every node's verdict)."""
+
+    position: int
+    pod: PodInfo
+    result: ScheduleResult | None
+    why: str
+
+
+@dataclass(slots=True)
+class _Walk:
+    """The domains looked at while placing a group: per level its index, rooms, and the
+    members placed in each domain tried; read only when the group is not placed."""
+
+    levels: list[tuple[DomainIndex, list[Room], dict[int, int]]] = field(default_factory=list)
+    best: _Attempt | None = None  # the try the message reports, when not the final attempt
+
+    def fits(self, count: int) -> tuple[DomainFit, ...]:
+        out = []
+        for index, found, tried in self.levels:
+            holds = {r.domain: min(r.holds, count) for r in found}
+            for domain, value in enumerate(index.values):
+                out.append(DomainFit(index.key, value, holds.get(domain, 0), tried.get(domain)))
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
 class Reconciled:
     """What `GroupCycle.reconcile` did, for the log."""
 
@@ -299,6 +341,10 @@ class GroupOutcome:
     domain: tuple[str, str] | None = None  # (label key, value) the members went to
     domain_note: str | None = None  # why that domain
     timed_out: bool = False  # unscheduled for longer than scheduleTimeoutSeconds
+    # a group not placed (members did not fit): the domains looked at, the first member
+    # that did not fit with its per-node verdicts
+    domains: tuple[DomainFit, ...] = ()
+    blocked: Blocked | None = None
 
 
 class GroupCycle:
@@ -511,11 +557,12 @@ class GroupCycle:
         short = _short_of(sched, spec) if need else None
         problem: str | None = None
         if short is not None:  # scheduler-plugins' minResources: not even in total
-            attempt, note = _Attempt([], []), None
+            attempt, note, walk = _Attempt([], []), None, _Walk()
             problem = f"pod group {spec.key}: the cluster has too little free {short}"
             problem += " for its minResources"
         else:
-            attempt, note, problem = self._place(sched, spec, pending, placed, need)
+            walk = _Walk()
+            attempt, note, problem = self._place(sched, spec, pending, placed, need, walk)
         elapsed = sched.timer() - start
         share = elapsed / max(1, len(pending))
         decided: set[str] = set()  # members already told why (a Reserve/Permit rejection)
@@ -555,6 +602,8 @@ class GroupCycle:
                 len(placed),
                 message,
                 timed_out=timed_out,
+                domains=walk.fits(len(pending)),
+                blocked=_blocked(walk.best or attempt),
             )
         )
         return decisions
@@ -606,9 +655,11 @@ class GroupCycle:
         pending: list[QueuedPod[PodInfo]],
         placed: list[PodInfo],
         need: int,
+        walk: _Walk,
     ) -> tuple[_Attempt, str | None, str | None]:
         """The members' placement: (attempt, why this domain, a message that overrides the
-        count message). The attempt's members are assumed in the cache."""
+        count message). The attempt's members are assumed in the cache. `walk` records the
+        domains looked at (for a group that is not placed)."""
         asked = spec.required or spec.preferred
         if asked is None:
             return self._try(sched, pending, None), None, None
@@ -616,13 +667,17 @@ class GroupCycle:
         if spec.required is not None:
             index = domain_index(sched.cache.snapshot, spec.required)
             own = self._own_domains(sched, index, placed)
-            candidates = [r for r in rooms(index, shapes) if r.holds >= need]
+            found = rooms(index, shapes)
+            tried: dict[int, int] = {}
+            walk.levels.append((index, found, tried))
+            candidates = [r for r in found if r.holds >= need]
             if own is not None:
                 candidates = [r for r in candidates if r.domain in own]
             candidates.sort(key=lambda r: (r.holds < len(pending), r.free, -r.score, r.value))
             best: _Attempt | None = None
             for room in candidates[:MAX_DOMAIN_TRIES]:
                 attempt = self._try(sched, pending, (index, room))
+                tried[room.domain] = len(attempt.placed)
                 if len(attempt.placed) >= need:
                     return attempt, self._note(index, room, candidates, "required"), None
                 best = _better(best, attempt)
@@ -636,14 +691,19 @@ class GroupCycle:
                 message += f": no node has the label {spec.required}"
             if best is not None:
                 message += f"; best try: {self._message(spec, best, len(pending), need)}"
+            walk.best = best
             return _Attempt([], []), None, message
         assert spec.preferred is not None
         for key in walk_levels(self.levels, spec.preferred):
             index = domain_index(sched.cache.snapshot, key)
-            candidates = [r for r in rooms(index, shapes) if r.holds >= len(pending)]
+            found = rooms(index, shapes)
+            walked_level: dict[int, int] = {}
+            walk.levels.append((index, found, walked_level))
+            candidates = [r for r in found if r.holds >= len(pending)]
             candidates.sort(key=lambda r: (r.free, -r.score, r.value))
             for room in candidates[:MAX_DOMAIN_TRIES]:
                 attempt = self._try(sched, pending, (index, room))
+                walked_level[room.domain] = len(attempt.placed)
                 if len(attempt.placed) == len(pending):
                     return attempt, self._note(index, room, candidates, "preferred"), None
                 self._revert(sched, attempt)
@@ -762,6 +822,12 @@ class GroupCycle:
         if not text.endswith("."):
             text += "."
         return text
+
+
+def _blocked(attempt: _Attempt) -> Blocked | None:
+    if not attempt.failed:
+        return None
+    return Blocked(*attempt.failed[0])
 
 
 def _better(best: _Attempt | None, attempt: _Attempt) -> _Attempt:

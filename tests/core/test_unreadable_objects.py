@@ -21,7 +21,7 @@ from scheduler.core.config import default_config
 from scheduler.core.model import ModelError, NodeInfo, PodInfo
 from scheduler.core.podaffinity import PodAffinity
 from scheduler.core.topology import ANNOTATION_TOPOLOGY, builtin_topology, format_topology
-from scheduler.explain import ExplainError, _load_pod, explain, load_cluster
+from scheduler.explain import ExplainError, explain, load_cluster, load_pod
 
 Obj = dict[str, Any]
 GPUS = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "8"}
@@ -492,10 +492,26 @@ def test_explain_counts_an_unreadable_bound_pod_and_says_so(tmp_path: Path) -> N
     assert len(notes) == 1 and "spec.tolerations[0]" in notes[0] and MIN in notes[0]
 
 
+def test_explain_of_a_group_member_notes_an_unreadable_bound_pod(tmp_path: Path) -> None:
+    # the group's dry run is the single pod's: the same notes
+    bad = _theirs()
+    bad["spec"]["tolerations"] = ["junk"]
+    snapshot = tmp_path / "snapshot.yaml"
+    snapshot.write_text(yaml.safe_dump_all([_gpu_node(), bad]))
+    cluster = load_cluster(str(snapshot))
+    framework = frameworks_for(default_config())["topo-scheduler"]
+    mine = pod("mine", GPUS)
+    mine["metadata"]["annotations"] = {GROUP: "job", MIN: "1"}
+    document = explain(cluster.cache, PodInfo.from_object(mine), framework)
+    assert document["group"]["name"] == "default/job"
+    notes = [n for n in document["notes"] if n.startswith("pod default/theirs on n: counted")]
+    assert len(notes) == 1 and "spec.tolerations[0]" in notes[0]
+
+
 def test_explain_reads_the_explained_pod_whole(tmp_path: Path) -> None:
     bad = _theirs()
     bad["spec"]["tolerations"] = ["junk"]
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(yaml.safe_dump(bad))
     with pytest.raises(ExplainError, match=r"spec\.tolerations\[0\]: must be a mapping"):
-        _load_pod(str(manifest))
+        load_pod(str(manifest))

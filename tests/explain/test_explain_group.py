@@ -90,8 +90,54 @@ def test_group_that_does_not_fit_says_why_for_every_field(
     assert document["message"].startswith("pod group ml/llama: 2/3 pods fit; 0/2 nodes")
     assert document["group"]["message"] == document["message"]
     assert all(m["node"] is None for m in document["group"]["members"].values())
+    # every node's verdict for the first member that did not fit (the two others hold them)
+    first = document["group"]["firstUnplaced"]
+    assert first["position"] == 3 and first["pod"] in document["group"]["members"]
+    assert set(document["nodes"]) == {"a0", "a1"}
+    for entry in document["nodes"].values():
+        assert entry["feasible"] is False
+        assert entry["reasons"] == ["Insufficient nvidia.com/gpu"]
     code, table, _ = run(capsys, *args)
     assert "pod group ml/llama (minMember 3): not placed: pod group ml/llama: 2/3" in table
+    assert f"first pod that does not fit: {first['pod']} (3rd)" in table
+
+
+def test_group_no_domain_holds_shows_each_domain_and_every_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [gpu_node("a0", "a"), gpu_node("a1", "a"), gpu_node("b0", "b")]
+    ask = {"topo-scheduler.io/topology-required": RACK}
+    members = [worker(f"w{i}", 3, **ask) for i in range(1, 3)]
+    args = files(tmp_path, nodes + members, worker("w0", 3, **ask))
+    code, out, err = run(capsys, *args, "--output", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["message"] == (
+        f"pod group ml/llama: no {RACK} domain holds 3 pods of the group "
+        f"(topology-required {RACK})"
+    )
+    assert document["group"]["domains"] == [
+        {"key": RACK, "value": "a", "fit": 2, "placed": None},
+        {"key": RACK, "value": "b", "fit": 1, "placed": None},
+    ]
+    # each node holds one member: the pod's own verdicts, every snapshot node listed
+    assert set(document["nodes"]) == {"a0", "a1", "b0"}
+    assert all(entry["feasible"] for entry in document["nodes"].values())
+    code, table, _ = run(capsys, *args)
+    assert f"  {RACK}=a: 2 pods of the group fit" in table
+    assert f"  {RACK}=b: 1 pods of the group fit" in table
+
+
+def test_group_waiting_for_members_keeps_its_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = files(tmp_path, [gpu_node("a0", "a")], worker("w0", 3))
+    code, out, err = run(capsys, *args, "--output", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["message"] == "waiting for 2 more pods of pod group ml/llama"
+    assert document["nodes"] == {}
+    assert "domains" not in document["group"] and "firstUnplaced" not in document["group"]
 
 
 def test_podgroup_object_in_the_snapshot_is_used(
