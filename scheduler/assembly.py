@@ -68,6 +68,7 @@ def assemble(
     groups: bool = True,
     levels: tuple[str, ...] | None = None,
     observer: Callable[[GroupOutcome], None] | None = None,
+    nominator: Nominator | None = None,
     initial_backoff: float | None = None,
     max_backoff: float | None = None,
     max_unschedulable: float = 300.0,
@@ -86,6 +87,8 @@ def assemble(
     apply_backoff(queue, config, initial_backoff, max_backoff)
     cache = cache if cache is not None else Cache(gpu_resource(config))
     cycle = Scheduler(cache, queue, profiles, binder, hooks, timer)
+    if nominator is not None:  # the simulator's, which meters its reads
+        cycle.nominator = nominator
     group_cycle = None
     if groups:
         group_cycle = GroupCycle(

@@ -33,7 +33,7 @@ from typing import Any
 
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config, load_config
-from scheduler.core.cycle import CycleHooks, Scheduler, drive, queue_order
+from scheduler.core.cycle import CycleHooks, Scheduler, drive
 from scheduler.core.framework import (
     BindOutcome,
     BindResult,
@@ -41,7 +41,6 @@ from scheduler.core.framework import (
     Framework,
     ScheduleResult,
 )
-from scheduler.core.group import GroupCycle
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.preemption import PLUGIN_NAME as PREEMPTION_PLUGIN
 from scheduler.core.preemption import Plan, group_key
@@ -207,7 +206,8 @@ class Simulation:
         progress: Callable[[int], None] | None = None,
         preemption: bool = True,
     ) -> None:
-        from plugins import frameworks_for, gpu_resource, topology_levels
+        from plugins import frameworks_for, topology_levels
+        from scheduler.assembly import assemble
 
         started = time.perf_counter()
         policy = POLICY_ALIASES.get(policy, policy)
@@ -238,17 +238,21 @@ class Simulation:
         self.check = check
         self.on_decision = on_decision
         self.progress = progress
-        self.cache = Cache(gpu_resource(self.config))
-        self.queue: SchedulingQueue[PodInfo] = SchedulingQueue(
-            lambda: self.now,
-            initial_backoff=self.config.pod_initial_backoff_seconds,
-            max_backoff=self.config.pod_max_backoff_seconds,
-            sort_key=queue_order(self.frameworks),
+        # the one assembly (scheduler.assembly); pod groups are placed whole by the
+        # topology-aware policies only (count-only: one pod at a time, as kube)
+        assembly = assemble(
+            self.config,
+            _ClusterBinder(self),
+            clock=lambda: self.now,
+            frameworks=self.frameworks,
+            hooks=_Observer(self),
+            nominator=MeteredNominator(self.meter),
+            groups=policy in (TOPO, TOPO_NVIDIA_DP),
+            levels=topology_levels(self.config) or scenario.network_levels,
         )
-        self.cycle = Scheduler(
-            self.cache, self.queue, self.frameworks, _ClusterBinder(self), _Observer(self)
-        )
-        self.cycle.nominator = MeteredNominator(self.meter)
+        self.cache: Cache = assembly.cache
+        self.queue: SchedulingQueue[PodInfo] = assembly.queue
+        self.cycle: Scheduler = assembly.cycle
         self.cycle.pending_members = self._pending_members
         preempt_for_group = self.cycle.preempt_for_group
 
@@ -260,9 +264,6 @@ class Simulation:
         # pod group key -> its pods' keys (so preemption need not scan the whole queue)
         self._group_pods: dict[str, dict[str, None]] = {}
         self.gangs = GangTracker()  # multi-node jobs: start when all workers run
-        if policy in (TOPO, TOPO_NVIDIA_DP):  # count-only: one pod at a time, as kube
-            levels = topology_levels(self.config) or scenario.network_levels
-            self.cycle.groups = GroupCycle(levels, lambda: self.now)
         self.quality = QualityModel()
         self.records: dict[str, JobRecord] = {
             f"default/{j.name}": JobRecord(j) for j in scenario.jobs
