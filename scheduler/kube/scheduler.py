@@ -517,7 +517,7 @@ class KubeScheduler(CycleHooks):
             return
         current = self.infos.get(pod.key)
         if current is None or current.uid != pod.uid:
-            current = pod
+            return  # dropped as unreadable: it comes back with an update that can be read
         if self.cycle.enqueue(current) is None:
             self.queued_at.setdefault(pod.key, self.options.clock())
         log.info("pod re-queued after a failed binding", pod=pod.key)
@@ -581,6 +581,8 @@ class KubeScheduler(CycleHooks):
         key = pod.key
         prev = self.infos.get(key)
         self.infos[key] = pod
+        if prev is not None and prev.pod_group != pod.pod_group:
+            self.groups.cycle.forget(prev)  # it left its group (or its group cannot be read)
         # one of ours, bound, with parts that cannot be read (logged by the model): an event
         # on the pod when what cannot be read changes, not on every status update
         if (

@@ -260,3 +260,24 @@ def test_invalid_gpu_topology_is_logged_once_and_the_node_stays_count_only() -> 
     slot = sched.cache.snapshot.slot("g")
     assert slot is not None and sched.cache.snapshot.live[slot]
     assert sched.cache.snapshot.gpus.topology[slot] is None
+
+
+def test_a_bound_member_whose_group_cannot_be_read_leaves_its_group() -> None:
+    from plugins import frameworks_for
+
+    config = default_config()
+    sched = KubeScheduler(None, config, frameworks_for(config))  # type: ignore[arg-type]
+    annotations = {"topo-scheduler.io/pod-group": "job", "topo-scheduler.io/min-member": "2"}
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "w0", "namespace": "ml", "uid": "u0", "annotations": annotations},
+        "spec": {"schedulerName": "topo-scheduler", "nodeName": "n",
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    }  # fmt: skip
+    sched._pods_upsert(pod, None)
+    assert "ml/w0" in sched.groups.cycle.members[("annotation", "ml/job")]
+    unreadable = json.loads(json.dumps(pod))
+    unreadable["metadata"]["annotations"]["topo-scheduler.io/min-member"] = "abc"
+    sched._pods_upsert(unreadable, pod)
+    assert sched.cache.get("ml/w0") is not None  # still counted where it runs
+    assert ("annotation", "ml/job") not in sched.groups.cycle.members

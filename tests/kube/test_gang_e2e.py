@@ -177,7 +177,7 @@ def test_kubernetes_podgroup_not_served_is_said(emulator: Emulator) -> None:
     assert emulator.binding_posts("ml/w0") == 0
 
 
-def test_binding_failure_mid_group_is_retried_at_once(emulator: Emulator) -> None:
+def test_binding_failure_mid_group_is_retried_after_its_backoff(emulator: Emulator) -> None:
     for i in range(4):
         emulator.create_node(f"n{i}", gpus=8)
     emulator.fail(500, count=1, method="POST", path_contains="/pods/w2/binding")
