@@ -20,16 +20,18 @@ class HTTPFailure(Exception):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"{status}: {body[:300]}")
         self.status = status
+        self.body = body
 
 
 class Api:
-    def __init__(self, plane: Plane, token_name: str = "ADMIN") -> None:
+    def __init__(self, plane: Plane, token_name: str = "ADMIN", token: str | None = None) -> None:
+        """The plane's `token_name` token (ADMIN, SCHEDULER, RESTRICTED), or `token`."""
         env = {}
         for line in (plane.state_dir / "env.sh").read_text().splitlines():
             key, _, value = line.removeprefix("export ").partition("=")
             env[key] = value.strip("'\"")
         self.base = plane.url
-        self.token = env[f"REALKUBE_{token_name}_TOKEN"]
+        self.token = token or env[f"REALKUBE_{token_name}_TOKEN"]
         self.ssl = ssl.create_default_context(cafile=env["REALKUBE_CA"])
 
     def call(
@@ -99,6 +101,10 @@ _PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "Lease": "leases",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "PodGroup": "podgroups",
+    "Workload": "workloads",
 }
 
 

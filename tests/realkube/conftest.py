@@ -1,8 +1,11 @@
-"""The real-control-plane tier: etcd + kube-apiserver 1.20 from `shared/realkube/`.
+"""The real-control-plane tier: etcd + kube-apiserver 1.20 from `shared/realkube/`, or with
+`REALKUBE_PLANE=1.37` the 1.37 plane of `hack/kube137/` (kube-controller-manager and KWOK's
+fake nodes as well).
 
 One plane for the whole tier, with the chart's RBAC applied (topo-scheduler runs with the
 restricted token, the chart's service account) and three 8-GPU nodes. When the plane cannot be
 built or started the tier is skipped with the reason, and the run's summary says so in capitals.
+Tests marked `plane("1.37")` run on that plane only.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ import pytest
 from scheduler.core.topology.builtin import builtin_topology
 from scheduler.core.topology.schema import ANNOTATION_TOPOLOGY, topology_to_dict
 from tests.realkube.api import Api, HTTPFailure, wait_for
-from tests.realkube.plane import Plane, PlaneUnavailable, ensure, free_port
+from tests.realkube.plane import (
+    KWOK_ANNOTATION,
+    Plane,
+    PlaneUnavailable,
+    ensure,
+    free_port,
+    plane_version,
+)
 
 NAMESPACE = "topo-scheduler"  # the chart's release namespace (and the restricted token's SA)
 CONFIG_MAP = "topo-scheduler-config"
@@ -33,16 +43,40 @@ GPU_NODES = ("gpu-0", "gpu-1", "gpu-2")
 _unavailable: list[str] = []
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "plane(*versions): run only on these real planes (REALKUBE_PLANE)"
+    )
+
+
+def _version() -> str:
+    try:
+        return plane_version()
+    except PlaneUnavailable:
+        return "?"  # the plane fixture says why
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    version = _version()
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.realkube)
+            wanted = item.get_closest_marker("plane")
+            if wanted and version not in wanted.args:
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"needs the {'/'.join(wanted.args)} plane; this run is on "
+                        f"REALKUBE_PLANE={version}"
+                    )
+                )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _unavailable:
-        terminalreporter.write_sep("!", "REAL CONTROL PLANE TIER SKIPPED", red=True, bold=True)
+        terminalreporter.write_sep(
+            "!", f"REAL CONTROL PLANE TIER ({_version()}) SKIPPED", red=True, bold=True
+        )
         terminalreporter.write_line(_unavailable[0], red=True)
 
 
@@ -52,9 +86,12 @@ def plane() -> Iterator[Plane]:
         pytest.skip(_unavailable[0])
     try:
         ensure()
-        started = Plane().start()
+        started = Plane()
+        started.start()
     except PlaneUnavailable as exc:
-        _unavailable.append(f"real control plane unavailable, tests/realkube not run: {exc}")
+        _unavailable.append(
+            f"real control plane {_version()} unavailable, tests/realkube not run: {exc}"
+        )
         pytest.skip(_unavailable[0])
     try:
         yield started
@@ -67,16 +104,19 @@ def admin(plane: Plane) -> Api:
     return Api(plane)
 
 
-def _node(name: str) -> dict[str, Any]:
+def _node(name: str, kwok: bool = False) -> dict[str, Any]:
     topo = json.dumps(topology_to_dict(builtin_topology("dgx1-v100")))
+    annotations = {ANNOTATION_TOPOLOGY: topo, **(KWOK_ANNOTATION if kwok else {})}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
             "labels": {"kubernetes.io/hostname": name},
-            "annotations": {ANNOTATION_TOPOLOGY: topo},
+            "annotations": annotations,
         },
+        # kept on create; the 1.20 plane also gets it through the status subresource below
+        **({"status": NODE_STATUS["status"]} if kwok else {}),
     }
 
 
@@ -89,8 +129,19 @@ NODE_STATUS = {
 }
 
 
+def _schedulable(admin: Api, name: str) -> bool:
+    """Ready and without taints (the node lifecycle controller removes the not-ready taint
+    that admission puts on a new Node once KWOK reports it Ready)."""
+    node = admin.get(f"/api/v1/nodes/{name}")
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in node["status"].get("conditions") or []
+    )
+    return ready and not node["spec"].get("taints")
+
+
 @pytest.fixture(scope="session")
-def cluster(admin: Api) -> Api:
+def cluster(plane: Plane, admin: Api) -> Api:
     """The chart's RBAC, service account and ConfigMap, and the GPU nodes."""
     from tests.ship._support import objects
 
@@ -102,16 +153,34 @@ def cluster(admin: Api) -> Api:
         ):
             admin.apply(obj)
     for name in GPU_NODES:
-        admin.apply(_node(name))
-        admin.merge_patch(f"/api/v1/nodes/{name}/status", NODE_STATUS)
+        admin.apply(_node(name, kwok=plane.kwok))
+        if not plane.kwok:
+            admin.merge_patch(f"/api/v1/nodes/{name}/status", NODE_STATUS)
+    if plane.kwok:
+        for name in GPU_NODES:
+            wait_for(lambda n=name: _schedulable(admin, n), 60, f"{name} Ready and untainted")
     return admin
 
 
+def _has(api: Api, path: str) -> bool:
+    try:
+        api.get(path)
+    except HTTPFailure as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
 @pytest.fixture
-def namespace(cluster: Api) -> Iterator[str]:
-    """A namespace of the test's own; its pods are deleted afterwards (no controller runs)."""
+def namespace(plane: Plane, cluster: Api) -> Iterator[str]:
+    """A namespace of the test's own; its pods are deleted afterwards (on 1.20 no controller
+    runs; on 1.37 pods are admitted once the namespace's `default` service account exists)."""
     ns = f"t-{uuid.uuid4().hex[:8]}"
     cluster.post("/api/v1/namespaces", {"metadata": {"name": ns}})
+    if plane.kwok:
+        path = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
+        wait_for(lambda: _has(cluster, path), 30, f"service account {ns}/default")
     yield ns
     for pod in cluster.get(f"/api/v1/namespaces/{ns}/pods").get("items") or []:
         try:

@@ -1,4 +1,5 @@
-"""`topo-scheduler run` against a real kube-apiserver 1.20 with the chart's RBAC.
+"""`topo-scheduler run` against a real kube-apiserver (1.20, or 1.37 with REALKUBE_PLANE=1.37)
+with the chart's RBAC.
 
 What the emulator cannot vouch for: the real binding subresource (annotations copied onto the
 pod), real events.k8s.io/v1 and pods/status validation, RBAC with the restricted token,
@@ -135,7 +136,7 @@ def test_fails_over_between_two_replicas_through_the_lease(
 
 def _etcdctl(plane: Plane, *args: str) -> str:
     out = subprocess.run(
-        ["etcdctl", f"--endpoints={plane.etcd_url}", *args],
+        [plane.etcdctl(), f"--endpoints={plane.etcd_url}", *args],
         capture_output=True,
         text=True,
         check=True,

@@ -83,7 +83,7 @@ class Policy:
     def _matches(self, request: dict[str, Any]) -> bool:
         res = request["resource"]
         resource = res["resource"] + (
-            f"/{request['subResource']}" if request["subResource"] else ""
+            f"/{request['subResource']}" if request.get("subResource") else ""
         )
         return any(
             res["group"] in r["apiGroups"]
@@ -163,7 +163,8 @@ def request(
     return {
         "kind": {"group": "", "version": "v1", "kind": "Node"},
         "resource": {"group": "", "version": "v1", "resource": "nodes"},
-        "subResource": sub_resource,
+        # the API server leaves an empty subResource out (omitempty), as a policy sees it
+        **({"subResource": sub_resource} if sub_resource else {}),
         "requestKind": {"group": "", "version": "v1", "kind": "Node"},
         "requestResource": {"group": "", "version": "v1", "resource": "nodes"},
         "name": name,

@@ -1,0 +1,17 @@
+// kube-controller-manager 1.37 (upstream's cmd/kube-controller-manager/controller-manager.go).
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // for CronJob time zones
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+}
