@@ -9,6 +9,7 @@ bound with kube-controller-manager's PV binder, and a pod with a DRA ResourceCla
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -44,6 +45,11 @@ def _running(api: Api, ns: str, name: str) -> bool:
     return bool(obj and obj["status"].get("phase") == "Running")
 
 
+def _evicted(api: Api, ns: str, name: str) -> bool:
+    obj = _get(api, f"/api/v1/namespaces/{ns}/pods/{name}")
+    return obj is None or bool(obj["metadata"].get("deletionTimestamp"))
+
+
 def _scheduled_condition(api: Api, ns: str, name: str) -> Obj | None:
     conds = _pod(api, ns, name)["status"].get("conditions") or []
     return next((c for c in conds if c["type"] == "PodScheduled"), None)
@@ -58,7 +64,8 @@ def _unschedulable(api: Api, ns: str, name: str, timeout: float = 45) -> Obj:
             return cond
         return None
 
-    return wait_for(check, timeout, f"{name} PodScheduled=False/Unschedulable")
+    found: Obj = wait_for(check, timeout, f"{name} PodScheduled=False/Unschedulable")
+    return found
 
 
 def _create(api: Api, ns: str, obj: Obj) -> Obj:
@@ -110,7 +117,7 @@ def test_pod_level_resources_are_counted(
     for name in ("p1", "p2"):
         _create(cluster, namespace, _pod_level(name, namespace, "40"))
     nodes = [
-        wait_for(lambda n=name: _node_of(cluster, namespace, n), 45, f"{name} bound")
+        wait_for(partial(_node_of, cluster, namespace, name), 45, f"{name} bound")
         for name in ("p0", "p1", "p2")
     ]
     assert sorted(nodes) == sorted(GPU_NODES)  # 40 + 40 > 64: one a node
@@ -162,7 +169,7 @@ def _gang(
     assert _node_of(cluster, namespace, "w0") is None
     _create(cluster, namespace, member("w1"))
     for name in ("w0", "w1"):
-        wait_for(lambda n=name: _running(cluster, namespace, n), 60, f"{name} Running")
+        wait_for(partial(_running, cluster, namespace, name), 60, f"{name} Running")
     if group_path:
         status = wait_for(
             lambda: (
@@ -249,7 +256,7 @@ def test_preemption_spares_the_pods_a_disruption_budget_protects(
             _create(cluster, namespace, obj)
             low[name] = node
     for name in low:
-        wait_for(lambda n=name: _running(cluster, namespace, n), 60, f"{name} Running")
+        wait_for(partial(_running, cluster, namespace, name), 60, f"{name} Running")
     pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
     cluster.post(
         pdb_path,
@@ -276,16 +283,7 @@ def test_preemption_spares_the_pods_a_disruption_budget_protects(
     assert node in GPU_NODES[1:], node
     victims = {name for name, n in low.items() if n == node}
     for name in victims:
-        wait_for(
-            lambda n=name: (
-                _get(cluster, f"/api/v1/namespaces/{namespace}/pods/{n}") is None
-                or _get(cluster, f"/api/v1/namespaces/{namespace}/pods/{n}")["metadata"].get(
-                    "deletionTimestamp"
-                )
-            ),
-            30,
-            f"{name} evicted",
-        )
+        wait_for(partial(_evicted, cluster, namespace, name), 30, f"{name} evicted")
     for name in ("low-0-0", "low-0-1"):
         obj = _pod(cluster, namespace, name)
         assert not obj["metadata"].get("deletionTimestamp") and obj["status"]["phase"] == "Running"
