@@ -79,7 +79,7 @@ def test_a_gated_pod_waits_until_its_gate_is_removed(
     cluster: Api, namespace: str, start_scheduler: Any
 ) -> None:
     sched = start_scheduler()
-    wait_for(sched.ready, 30, "topo-scheduler ready")
+    wait_for(sched.ready, 60, "topo-scheduler ready")
     gated = pod("gated", namespace, gpus=2)
     gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
     _create(cluster, namespace, gated)
@@ -111,7 +111,7 @@ def test_pod_level_resources_are_counted(
 ) -> None:
     """Each node has 64 CPUs; containers ask for 1, the pods (spec.resources) for 40 or 65."""
     sched = start_scheduler()
-    wait_for(sched.ready, 30, "topo-scheduler ready")
+    wait_for(sched.ready, 60, "topo-scheduler ready")
     created = _create(cluster, namespace, _pod_level("p0", namespace, "40"))
     assert created["spec"]["resources"]["requests"]["cpu"] == "40"  # served, not dropped
     for name in ("p1", "p2"):
@@ -162,7 +162,7 @@ def _gang(
 ) -> None:
     """minMember 2: the first member waits (nothing bound), both run once the second exists."""
     sched = start_scheduler()
-    wait_for(sched.ready, 30, "topo-scheduler ready")
+    wait_for(sched.ready, 60, "topo-scheduler ready")
     _create(cluster, namespace, member("w0"))
     cond = _unschedulable(cluster, namespace, "w0")
     assert "waiting for 1 more pod" in cond["message"], cond
@@ -244,7 +244,7 @@ def test_preemption_spares_the_pods_a_disruption_budget_protects(
     _priority_class(cluster, "realkube-low", 10)
     _priority_class(cluster, "realkube-high", 1000)
     sched = start_scheduler()
-    wait_for(sched.ready, 30, "topo-scheduler ready")
+    wait_for(sched.ready, 60, "topo-scheduler ready")
     low: dict[str, str] = {}
     for i, node in enumerate(GPU_NODES):
         for j in range(2):
@@ -364,7 +364,7 @@ def test_wait_for_first_consumer_local_volume_bound_through_the_pv_controller(
         time.sleep(2)
         assert cluster.get(claim_path)["status"].get("phase") == "Pending"
         sched = start_scheduler()
-        wait_for(sched.ready, 30, "topo-scheduler ready")
+        wait_for(sched.ready, 60, "topo-scheduler ready")
         obj = pod("consumer", namespace, gpus=2)
         obj["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
         obj["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
