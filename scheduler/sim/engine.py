@@ -12,8 +12,9 @@ plugin hands out GPUs (topo-scheduler's device plugin: the set in the annotation
 stock plugin: its besteffort pick, which ignores the annotation; or the lowest free indices),
 and the node agent publishes the kubelet's assignments on the Node
 (`topo-scheduler.io/gpu-assignments`). A job runs for its trace duration stretched by the
-bandwidth its GPU set lost (`quality.stretched_duration`). Completions delete the pod (the
-cache forgets it) and, like a cluster event, move unschedulable pods back to the active queue.
+all-reduce time its placement costs over the best placement's (`scheduler.sim.network`).
+Completions delete the pod (the cache forgets it) and, like a cluster event, move
+unschedulable pods back to the active queue.
 
 Preemption (on unless `preemption=False`): the cycle's DefaultPreemption chooses victims; the
 simulated API server deletes them at once (no grace period) and each victim's job is
@@ -56,6 +57,7 @@ from scheduler.core.topology.schema import (
 )
 from scheduler.core.topology.scoring import mask_to_indices
 from scheduler.sim.gangs import GangTracker
+from scheduler.sim.network import NetworkModel
 from scheduler.sim.policies import (
     KUBE_FIRST_FREE,
     POLICIES,
@@ -64,7 +66,7 @@ from scheduler.sim.policies import (
     TOPO,
     TOPO_NVIDIA_DP,
 )
-from scheduler.sim.quality import QualityModel, SetQuality, stretched_duration
+from scheduler.sim.quality import QualityModel, SetQuality
 from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
 from scheduler.sim.work import (
     ATTEMPT_OVERHEAD,
@@ -190,6 +192,8 @@ class Sample:
     pending_gpu_jobs: int
     stranded_gpus: int  # free GPUs on nodes that cannot host the smallest pending GPU job
     free_gpus: int
+    # per network level, then the whole cluster: most nodes with 8 GPUs free in one domain
+    largest_gang: tuple[int, ...] = ()
 
 
 class Simulation:
@@ -265,6 +269,7 @@ class Simulation:
         self._group_pods: dict[str, dict[str, None]] = {}
         self.gangs = GangTracker()  # multi-node jobs: start when all workers run
         self.quality = QualityModel()
+        self.network = NetworkModel(scenario, self.quality)  # job time, gang room per level
         self.records: dict[str, JobRecord] = {
             f"default/{j.name}": JobRecord(j) for j in scenario.jobs
         }
@@ -272,7 +277,6 @@ class Simulation:
             names = Counter(j.name for j in scenario.jobs)
             twice = next(name for name, n in names.items() if n > 1)
             raise ValueError(f"jobs: pod name {twice!r} is used twice")
-        self._inter_node: dict[str, float] = {}  # node -> inter-node bandwidth, GB/s
         self.pod_objects: dict[str, dict[str, Any]] = {}
         self._bound: dict[str, PodInfo] = {}
         self.samples: list[Sample] = []
@@ -320,7 +324,6 @@ class Simulation:
     # ------------------------------------------------------------------ setup
 
     def _setup(self) -> None:
-        templates = {f"{t.name}-{i}": t for t in self.scenario.templates for i in range(t.count)}
         for obj in self.scenario.node_objects():
             info = NodeInfo.from_object(obj)
             topology = None
@@ -330,7 +333,6 @@ class Simulation:
                 topology = self.cache.gpus.topology[slot]
             kubelet = _Kubelet(info.name, obj, dict(info.allocatable), topology)
             self.kubelets[info.name] = kubelet
-            self._inter_node[info.name] = templates[info.name].inter_node_gbps
             self.total_gpus += kubelet.gpu_count
         for key, record in self.records.items():
             self._push(record.job.arrival, ARRIVAL, key)
@@ -516,21 +518,9 @@ class Simulation:
             self._completion[k] = self._push(self.now + run, COMPLETION, k)
 
     def _run_time(self, workers: list[JobRecord]) -> float:
-        """How long a job runs on the GPU sets it got: what is left of it (all of it, or what
-        a preemption left after its last checkpoint) stretched by the slowest worker's ring,
-        and by the inter-node link when its workers span nodes."""
-        nodes = {r.node for r in workers}
-        inter = min(self._inter_node[n] for n in nodes if n) if len(nodes) > 1 else None
-        run = 0.0
-        for record in workers:
-            best = busbw = None
-            if record.quality is not None and record.topology is not None:
-                best = self.quality.best_busbw_on_node(record.topology, len(record.gpus))
-                busbw = record.quality.busbw_gbps
-            job = record.job
-            left = record.remaining if record.remaining is not None else job.duration
-            run = max(run, stretched_duration(left, job.comm_share, best, busbw, inter))
-        return run
+        """How long a job runs on the placement it got (`scheduler.sim.network`): what is
+        left of it stretched by its modelled all-reduce time against the reference's."""
+        return self.network.run_time(self, workers)
 
     def _admit(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
         """The kubelet's admission and the device plugin's allocation; returns the GPUs."""
@@ -593,7 +583,8 @@ class Simulation:
                 stranded += free
         pending = sum(self._pending_sizes.values())
         pending_gpu = sum(n for s, n in self._pending_sizes.items() if s > 0)
-        sample = Sample(self.now, used, pending, pending_gpu, stranded, free_total)
+        gangs = self.network.largest_gangs(lambda name: self.kubelets[name].free_gpus())
+        sample = Sample(self.now, used, pending, pending_gpu, stranded, free_total, gangs)
         if self.samples and self.samples[-1].time == self.now:
             self.samples[-1] = sample
         else:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scheduler.sim.engine import JobRecord, Sample, Simulation
+from scheduler.sim.network import JobTime
 from scheduler.sim.policies import (
     KUBE_FIRST_FREE,
     KUBE_NVIDIA_DP,
@@ -205,11 +206,75 @@ def summarize(sim: Simulation) -> dict[str, Any]:
             "time_with_gpu_jobs_pending_share": _round(pending_time, 4),
             "stranded_gpus_mean": _round(frag_mean, 2),
             "stranded_share_of_free": _round(stranded_share, 4),
+            "largest_gang_workers": _largest_gangs(sim, end),
         },
+        "job_time": _job_time(sim),
         "makespan_seconds": round(end, 3),
         **({"gangs": gangs} if (gangs := sim.gangs.summary(sim, end)) is not None else {}),
         "pending_reasons": dict(reasons.most_common()),
         "preemption": _preemption(sim),
+    }
+
+
+def _largest_gangs(sim: Simulation, end: float) -> dict[str, Any]:
+    """Per network level (and the whole cluster): the largest gang of 8-GPU workers that could
+    still be placed in one domain, time-weighted mean, minimum and binned series."""
+    out: dict[str, Any] = {}
+    samples = [s for s in sim.samples if s.largest_gang]
+    for at, level in enumerate(sim.network.gang_levels):
+
+        def get(s: Sample, at: int = at) -> float:
+            return float(s.largest_gang[at])
+
+        out[level] = {
+            "mean": _round(_time_mean(samples, end, get), 2),
+            "min": min((s.largest_gang[at] for s in samples), default=None),
+            "series": [round(v, 2) for v in _binned(samples, end, get, SERIES_POINTS)],
+        }
+    return out
+
+
+def _stretch_stats(times: Sequence[JobTime]) -> dict[str, Any]:
+    stretches = [t.stretch for t in times]
+    busbw = [t.busbw_gbps for t in times if t.busbw_gbps is not None]
+    return {
+        "jobs": len(times),
+        "multi_node": sum(1 for t in times if t.nodes > 1),
+        "stretch_mean": _round(_mean(stretches), 4),
+        "stretch_p95": _round(_percentile(stretches, 95), 4),
+        "stretch_max": _round(max(stretches) if stretches else None, 4),
+        "busbw_gbps_mean": _round(_mean(busbw), 2),
+        "reference_busbw_gbps_mean": _round(
+            _mean([t.reference_busbw_gbps for t in times if t.reference_busbw_gbps is not None]),
+            2,
+        ),
+        "stretch_gpu_hours": round(sum(t.gpus * (t.run - t.left) for t in times) / 3600, 3),
+    }
+
+
+def _job_time(sim: Simulation) -> dict[str, Any]:
+    """Completed multi-GPU jobs (a multi-node job once, all its workers): run time over the
+    reference placement's (`stretch`), GPU-hours lost to it, per job size (all GPUs)."""
+    done: dict[str, bool] = {}
+    for key, record in sim.records.items():
+        job_key = record.job.group if record.job.group is not None else key
+        done[job_key] = done.get(job_key, True) and record.state == "completed"
+    times = [t for key, t in sim.network.jobs.items() if done.get(key) and t.gpus > 1]
+    multi = [t for t in times if t.nodes > 1]
+    spans = Counter(t.span or "none" for t in multi)
+    return {
+        "reference": sim.network.reference,
+        **_stretch_stats(times),
+        "multi_node_jobs": {
+            **_stretch_stats(multi),
+            "narrowest_level": {
+                key: spans.get(key, 0) for key in (*sim.scenario.network_levels, "none")
+            },
+        },
+        "by_size": {
+            str(size): _stretch_stats([t for t in times if t.gpus == size])
+            for size in sorted({t.gpus for t in times})
+        },
     }
 
 
@@ -354,6 +419,7 @@ def render_table(doc: Mapping[str, Any]) -> str:
                 "s",
             )
     row("run time stretch (multi-GPU jobs)", lambda p: p["run_time_stretch_mean"], "x")
+    _job_time_rows(row, policies)
     row("GPU-hours used", lambda p: p["gpu_hours"], "h")
     for size in sizes:
         if size != "0":
@@ -370,6 +436,16 @@ def render_table(doc: Mapping[str, Any]) -> str:
         lambda p: p["fragmentation"]["stranded_share_of_free"],
         "pct",
     )
+    levels = list(
+        dict.fromkeys(
+            k for p in policies.values() for k in p["fragmentation"]["largest_gang_workers"]
+        )
+    )
+    for level in levels:
+        row(
+            f"  largest gang in one {level} (8-GPU workers): mean / min",
+            _gang_room(level),
+        )
     row("makespan", lambda p: p["makespan_seconds"], "s")
     if any("gangs" in p for p in policies.values()):  # multi-node jobs (workers: N)
         _gang_rows(row, policies)
@@ -418,6 +494,87 @@ def render_table(doc: Mapping[str, Any]) -> str:
     return out.getvalue()
 
 
+def _gang_room(level: str) -> Callable[[Mapping[str, Any]], Any]:
+    def get(policy: Mapping[str, Any]) -> Any:
+        room = policy["fragmentation"]["largest_gang_workers"].get(level)
+        if not room or room["mean"] is None:
+            return None
+        return f"{room['mean']:.1f} / {room['min']}"
+
+    return get
+
+
+def _job_time_rows(row: Callable[..., None], policies: Mapping[str, Mapping[str, Any]]) -> None:
+    """Stretch against the reference placement, per job size, multi-node jobs apart."""
+
+    def get(*keys: str) -> Callable[[Mapping[str, Any]], Any]:
+        def value(policy: Mapping[str, Any]) -> Any:
+            v: Any = policy.get("job_time")
+            for key in keys:
+                v = v.get(key) if isinstance(v, Mapping) else None
+            return v
+
+        return value
+
+    first = next(iter(policies.values()))
+    reference = first.get("job_time", {}).get("reference", "")
+    row(f"stretch vs the best placement ({reference}), jobs", get("jobs"))
+    row("  stretch mean / p95", _pair(get("stretch_mean"), get("stretch_p95")))
+    row("  GPU-hours lost to stretch", get("stretch_gpu_hours"), "h")
+    sizes = sorted(
+        {s for p in policies.values() for s in p.get("job_time", {}).get("by_size", {})}, key=int
+    )
+    for size in sizes:
+        row(
+            f"  {size}-GPU jobs: stretch mean (jobs, multi-node)",
+            _with_counts(get("by_size", size)),
+        )
+    if not any(get("multi_node_jobs", "jobs")(p) for p in policies.values()):
+        return
+    row("  multi-node jobs: stretch mean / p95", _pair(
+        get("multi_node_jobs", "stretch_mean"), get("multi_node_jobs", "stretch_p95")
+    ))  # fmt: skip
+    row("  multi-node jobs: busbw mean", get("multi_node_jobs", "busbw_gbps_mean"), "gbps")
+    row(
+        "  multi-node jobs: GPU-hours lost to stretch",
+        get("multi_node_jobs", "stretch_gpu_hours"),
+        "h",
+    )
+    spans = list(
+        dict.fromkeys(
+            k
+            for p in policies.values()
+            for k in p.get("job_time", {}).get("multi_node_jobs", {}).get("narrowest_level", {})
+        )
+    )
+    for key in spans:
+        label = "no level (core)" if key == "none" else key
+        span = get("multi_node_jobs", "narrowest_level", key)
+        row(f"  multi-node jobs held by one {label}", span)
+
+
+def _pair(
+    a: Callable[[Mapping[str, Any]], Any], b: Callable[[Mapping[str, Any]], Any]
+) -> Callable[[Mapping[str, Any]], Any]:
+    def get(policy: Mapping[str, Any]) -> Any:
+        x, y = a(policy), b(policy)
+        return None if x is None else f"{x:.3f}x / {y:.3f}x"
+
+    return get
+
+
+def _with_counts(
+    stats: Callable[[Mapping[str, Any]], Any],
+) -> Callable[[Mapping[str, Any]], Any]:
+    def get(policy: Mapping[str, Any]) -> Any:
+        s = stats(policy)
+        if not s or s.get("stretch_mean") is None:
+            return None
+        return f"{s['stretch_mean']:.3f}x ({s['jobs']}, {s['multi_node']})"
+
+    return get
+
+
 def _gang_rows(row: Callable[..., None], policies: Mapping[str, Mapping[str, Any]]) -> None:
     def gang(*keys: str) -> Callable[[Mapping[str, Any]], Any]:
         def get(policy: Mapping[str, Any]) -> Any:
@@ -441,13 +598,14 @@ def _gang_rows(row: Callable[..., None], policies: Mapping[str, Mapping[str, Any
 
 
 def plot(sims: Mapping[str, Simulation], path: str) -> None:
-    """PNG: GPU utilization, pending GPU jobs and job wait over simulated time, per policy."""
+    """PNG: GPU utilization, pending GPU jobs, job wait and the largest gang of 8-GPU workers
+    placeable in one domain of each network level, over simulated time, per policy."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 12), sharex=True)
     for name, sim in sims.items():
         total = sim.total_gpus or 1
         times = [s.time / 3600 for s in sim.samples]
@@ -463,11 +621,23 @@ def plot(sims: Mapping[str, Simulation], path: str) -> None:
                 xs.append(placed[i][0] / 3600)
                 ys.append(sum(w for _, w in chunk) / len(chunk) / 60)
             axes[2].plot(xs, ys, **style)
+        gang_samples = [s for s in sim.samples if s.largest_gang]
+        gang_times = [s.time / 3600 for s in gang_samples]
+        for at, level in enumerate(sim.network.gang_levels):
+            axes[3].step(
+                gang_times,
+                [s.largest_gang[at] for s in gang_samples],
+                where="post",
+                label=f"{name}: {level.rsplit('/', 1)[-1]}",
+                linestyle=style["linestyle"],
+                color=f"C{at}",
+            )
     axes[0].set_ylabel("GPU utilization (%)")
     axes[0].set_ylim(0, 105)
     axes[1].set_ylabel("pending GPU jobs")
     axes[2].set_ylabel("wait (min, mean of 25 jobs)")
-    axes[2].set_xlabel("simulated time (h)")
+    axes[3].set_ylabel("largest gang in one domain\n(8-GPU workers)")
+    axes[3].set_xlabel("simulated time (h)")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(loc="upper right")

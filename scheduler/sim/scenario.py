@@ -44,6 +44,8 @@ __all__ = [
     "DEFAULT_INTER_NODE_GBPS",
     "EPOCH",
     "GPU_RESOURCE",
+    "JOB_TIME_REFERENCES",
+    "MAX_NETWORK_GBPS",
     "SCHEDULER_NAME",
     "Job",
     "NodeTemplate",
@@ -62,7 +64,10 @@ SCHEDULER_NAME = "topo-scheduler"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
 
-_TOP_FIELDS = {"name", "description", "seed", "nodes", "jobs", "checkpointInterval"}
+_TOP_FIELDS = {
+    "name", "description", "seed", "nodes", "jobs", "checkpointInterval", "coreBandwidth",
+    "jobTimeReference",
+}  # fmt: skip
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
 MAX_NODES = 10_000
@@ -88,7 +93,13 @@ _GEN_FIELDS = {
 DEFAULT_COMM = 0.3
 """Share of a multi-GPU job's best-case time spent in communication, unless it says."""
 DEFAULT_INTER_NODE_GBPS = 50.0
-"""Inter-node bandwidth per direction (e.g. 4 x 100 Gb/s NICs), unless the template says."""
+"""A node's NIC bandwidth, all its NICs together, GB/s per direction (DGX-1: 4 x 100 Gb/s EDR
+InfiniBand), unless the template says; each GPU of the node gets its share (one rail each)."""
+MAX_NETWORK_GBPS = 1_000.0
+"""Ceiling of a network bandwidth figure (GB/s), as for the GPU link figures."""
+JOB_TIME_REFERENCES = ("cluster", "node-type")
+"""What a job's run time is measured against (docs/simulator.md): the best placement of its
+shape anywhere in the cluster (default), or on the node type(s) it landed on."""
 
 
 class ScenarioError(FieldError):
@@ -107,6 +118,8 @@ class NodeTemplate:
     inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS
     # network topology labels by position: (label key, nodes per domain), widest first
     network: tuple[tuple[str, int], ...] = ()
+    # GB/s per GPU to peers whose narrowest shared domain is of that level (label key)
+    level_gbps: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,9 @@ class Scenario:
     node_names: list[str] = field(default_factory=list)
     # seconds between checkpoints: a preempted job resumes from its last one (0: restarts)
     checkpoint_interval: float = 0.0
+    # GB/s per GPU between nodes that share no domain of any level (None: no further limit)
+    core_gbps: float | None = None
+    job_time_reference: str = "cluster"  # one of JOB_TIME_REFERENCES
 
     def node_objects(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, named `<template>-<i>`."""
@@ -408,27 +424,45 @@ def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
     )  # fmt: skip
     if inter_node <= 0:
         raise ScenarioError(f"{path}.interNodeBandwidth: must be > 0 (GB/s), got {inter_node:g}")
-    network = _network(data.get("network"), f"{path}.network")
+    network, level_gbps = _network(data.get("network"), f"{path}.network")
     return NodeTemplate(
-        name, count, resources, labels, taints, topology, topology_name, inter_node, network
-    )
+        name, count, resources, labels, taints, topology, topology_name, inter_node, network,
+        level_gbps,
+    )  # fmt: skip
 
 
-def _network(value: Any, path: str) -> tuple[tuple[str, int], ...]:
-    """`network: [{key: <node label>, nodesPer: N}, ...]`, widest first: node i of the
-    template is in domain i // N of each level (racks of 4 under spines of 8)."""
+def _gbps(value: Any, path: str) -> float:
+    """A bandwidth in GB/s: a number > 0 and at most MAX_NETWORK_GBPS."""
+    gbps = _FIELDS.number(value, path, minimum=0.0, maximum=MAX_NETWORK_GBPS)
+    if gbps <= 0:
+        raise ScenarioError(f"{path}: must be > 0 (GB/s), got {value!r}")
+    return gbps
+
+
+def _network(
+    value: Any, path: str
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, float], ...]]:
+    """`network: [{key: <node label>, nodesPer: N, bandwidth: GB/s}, ...]`, widest first: node
+    i of the template is in domain i // N of each level (racks of 4 under spines of 8); the
+    optional `bandwidth` is what a GPU gets to peers whose narrowest shared domain is of that
+    level (per GPU and direction; unset: no limit beyond the NICs, a non-blocking level)."""
     levels: list[tuple[str, int]] = []
+    bandwidths: list[tuple[str, float]] = []
     for j, raw in enumerate(_FIELDS.list(value, path)):
         item = _mapping(raw, f"{path}[{j}]", required=True)
-        _no_unknown(item, {"key", "nodesPer"}, f"{path}[{j}]")
+        _no_unknown(item, {"key", "nodesPer", "bandwidth"}, f"{path}[{j}]")
         key = _string(item.get("key"), f"{path}[{j}].key")
+        if any(key == k for k, _ in levels):
+            raise ScenarioError(f"{path}[{j}].key: level {key!r} given twice")
         per = _integer(item.get("nodesPer"), f"{path}[{j}].nodesPer", minimum=1)
         if levels and per > levels[-1][1]:
             raise ScenarioError(
                 f"{path}[{j}].nodesPer: {per} is wider than the level above ({levels[-1][1]})"
             )
         levels.append((key, per))
-    return tuple(levels)
+        if item.get("bandwidth") is not None:
+            bandwidths.append((key, _gbps(item["bandwidth"], f"{path}[{j}].bandwidth")))
+    return tuple(levels), tuple(bandwidths)
 
 
 def _job_topology(value: Any, path: str) -> tuple[str, str] | None:
@@ -665,6 +699,14 @@ def parse_scenario(
     scenario.checkpoint_interval = _number(
         top.get("checkpointInterval"), "checkpointInterval", default=0.0
     )
+    if top.get("coreBandwidth") is not None:
+        scenario.core_gbps = _gbps(top["coreBandwidth"], "coreBandwidth")
+    reference = _string(top.get("jobTimeReference"), "jobTimeReference", default="cluster")
+    if reference not in JOB_TIME_REFERENCES:
+        raise ScenarioError(
+            f"jobTimeReference: must be one of {', '.join(JOB_TIME_REFERENCES)}, got {reference!r}"
+        )
+    scenario.job_time_reference = reference
     check_limits(scenario)
     return scenario
 
