@@ -23,14 +23,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from scheduler.core.decode import Fields
-from scheduler.core.model import (
+from scheduler.core.podaffinity import LabelSelector
+from scheduler.core.quantity import QuantityError, parse_quantity, to_units
+from scheduler.core.selectors import (
     ModelError,
     NodeSelector,
     parse_label_selector,
     parse_node_selector,
 )
-from scheduler.core.podaffinity import LabelSelector
-from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 
 __all__ = [
     "ANN_BIND_COMPLETED",
