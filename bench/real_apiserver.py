@@ -1,21 +1,25 @@
 """topo-scheduler against the real kube-scheduler, on the same real control plane.
 
 For each client limit (default QPS 50/burst 100, kube's default, and 5,000/5,000) and each
-scheduler, from a clean plane (etcd + kube-apiserver 1.20 from `../shared/realkube/`, started
-fresh): 100 fake Nodes (status written through the status subresource) and 1,000 pause pods
-are created while no scheduler runs, then the scheduler is launched and timed until every pod
-is bound (seen on a watch from this process) and until every pod's `Scheduled` Event exists.
-kube-scheduler runs as `start.sh --scheduler-only` starts it (its kubeconfig); topo-scheduler as
-the chart runs it, with in-cluster credentials (see `launch_topo`).
+scheduler, alternating, from a clean plane started fresh (`REALKUBE_PLANE=1.20`, the default:
+etcd + kube-apiserver 1.20 from `../shared/realkube/`, Nodes whose status is written through
+the status subresource; `REALKUBE_PLANE=1.37`: `hack/kube137/`, etcd 3.6, kube-apiserver,
+kube-controller-manager and kube-scheduler 1.37.2, the Nodes KWOK's, kept Ready with Leases,
+their pods run): `--nodes` Nodes and `--pods` pause pods are created while no scheduler runs,
+then the scheduler is launched and timed until every pod is bound (seen on a watch from this
+process) and until every pod's `Scheduled` Event exists. kube-scheduler runs as
+`start.sh --scheduler-only` starts it (its kubeconfig); topo-scheduler as the chart runs it,
+with in-cluster credentials (see `launch_topo`).
 
 Printed per run: wall time from launch to the last binding, pods/s over the binding span
 (first to last binding), time until all Scheduled Events were written, client-side request
 timeouts and dropped Events (topo-scheduler: its metrics and log; kube-scheduler: its log),
-then the topo/kube ratio per limit. Needs root (ensure.sh installs etcd with apt) and
+the CPU seconds of every plane process, then the topo/kube ratio per limit. The 1.20 plane
+needs root (ensure.sh installs etcd with apt), the 1.37 plane Go (or its cached build);
 2 free CPU cores for figures worth comparing.
 
-    .venv/bin/python bench/real_apiserver.py [--nodes 100] [--pods 1000]
-        [--limits 50:100,5000:5000] [--repeat 1] [--only kube|topo]
+    [REALKUBE_PLANE=1.37] .venv/bin/python bench/real_apiserver.py [--nodes 100]
+        [--pods 1000] [--limits 50:100,5000:5000] [--repeat 1] [--only kube|topo]
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.kube.client import ClientOptions, KubeClient
-from tests.realkube.plane import Plane, PlaneUnavailable, ensure, free_port
+from scheduler.kube.client import ApiError, ClientOptions, KubeClient
+from tests.realkube.plane import KWOK_ANNOTATION, Plane, PlaneUnavailable, ensure, free_port
 
 NAMESPACE = "bench"
 PAUSE = "registry.k8s.io/pause:3.9"
@@ -75,7 +79,7 @@ def cpu_seconds(pid: int) -> float:
 
 def plane_pids(plane: Plane) -> dict[str, int]:
     pids = {}
-    for name in ("kube-apiserver", "etcd", "kube-scheduler"):
+    for name in ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok"):
         path = plane.state_dir / f"{name}.pid"
         if path.exists():
             pids[name] = int(path.read_text())
@@ -101,12 +105,18 @@ async def request_counts(admin: KubeClient) -> dict[str, int]:
     return counts
 
 
-def node(name: str) -> dict[str, Any]:
-    return {
+def node(name: str, kwok: bool = False) -> dict[str, Any]:
+    """A Node; on the 1.37 plane KWOK's (annotated, its status kept on create), which KWOK
+    keeps Ready with a Lease, as a kubelet would."""
+    obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
     }
+    if kwok:
+        obj["metadata"]["annotations"] = dict(KWOK_ANNOTATION)
+        obj["status"] = NODE_STATUS["status"]
+    return obj
 
 
 NODE_STATUS = {
@@ -146,11 +156,51 @@ async def _gather_limited(coros: list[Any], limit: int = 32) -> None:
     await asyncio.gather(*(one(c) for c in coros))
 
 
-async def populate(admin: KubeClient, nodes: int, pods: int, scheduler: str) -> None:
+async def _until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+async def populate(
+    admin: KubeClient, nodes: int, pods: int, scheduler: str, kwok: bool = False
+) -> None:
     await admin.post("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    names = [f"node-{i:03d}" for i in range(nodes)]
-    await _gather_limited([admin.post("/api/v1/nodes", node(n)) for n in names])
-    await _gather_limited([admin.patch(f"/api/v1/nodes/{n}/status", NODE_STATUS) for n in names])
+    names = [f"node-{i:04d}" for i in range(nodes)]
+    await _gather_limited([admin.post("/api/v1/nodes", node(n, kwok)) for n in names])
+    if kwok:
+        # Ready (KWOK) and untainted: the node lifecycle controller removes the not-ready
+        # taint put on at creation once it sees them Ready; pods wait for the namespace's
+        # default service account (the ServiceAccount admission plugin)
+
+        async def nodes_ready() -> bool:
+            items = (await admin.get("/api/v1/nodes")).get("items") or []
+            ready = sum(
+                1
+                for x in items
+                if not x["spec"].get("taints")
+                and any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in x["status"].get("conditions") or []
+                )
+            )
+            return ready >= nodes
+
+        async def service_account() -> bool:
+            try:
+                await admin.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
+            except ApiError:
+                return False
+            return True
+
+        await _until(nodes_ready, 300, f"{nodes} KWOK nodes Ready and untainted")
+        await _until(service_account, 60, "the bench namespace's default service account")
+    else:
+        await _gather_limited(
+            [admin.patch(f"/api/v1/nodes/{n}/status", NODE_STATUS) for n in names]
+        )
     await _gather_limited(
         [
             admin.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod(f"pause-{i:05d}", scheduler))
@@ -265,7 +315,7 @@ async def one_run(scheduler: str, qps: float, burst: int, nodes: int, pods: int)
         )
         try:
             name = "default-scheduler" if scheduler == "kube" else "topo-scheduler"
-            await populate(admin, nodes, pods, name)
+            await populate(admin, nodes, pods, name, plane.kwok)
             listed = await admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods", {"limit": "1"})
             rv = str(listed["metadata"]["resourceVersion"])
             bound_at: dict[str, float] = {}
