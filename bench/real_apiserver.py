@@ -195,7 +195,7 @@ async def populate(
                 return False
             return True
 
-        await _until(nodes_ready, 300, f"{nodes} KWOK nodes Ready and untainted")
+        await _until(nodes_ready, max(300, nodes / 5), f"{nodes} KWOK nodes Ready and untainted")
         await _until(service_account, 60, "the bench namespace's default service account")
     else:
         await _gather_limited(

@@ -19,7 +19,8 @@
 #              is accepted and unused (1.37 has no insecure port).
 # Other env:   ETCD_DATA_DIR (default /dev/shm/kube137-etcd-<port>), COMPACTION_INTERVAL (1m),
 #              APISERVER_V / KCM_V / SCHEDULER_V / KWOK_V (verbosity), SCHEDULER_QPS / SCHEDULER_BURST
-#              (50 / 100), SCHEDULER_CONFIG (a kubescheduler.config.k8s.io/v1 file),
+#              (50 / 100), KCM_QPS / KCM_BURST (20 / 30, kube's defaults: the node lifecycle
+#              controller untaints new nodes at about that rate; raise them for thousands of nodes), SCHEDULER_CONFIG (a kubescheduler.config.k8s.io/v1 file),
 #              FEATURE_GATES (default GenericWorkload=true: scheduling.k8s.io/v1beta1 Workload and
 #              PodGroup), RUNTIME_CONFIG (default scheduling.k8s.io/v1beta1=true,resource.k8s.io/v1=true),
 #              fake nodes: NODE_PREFIX (kwok-gpu-), NODE_GPUS (8), NODE_CPU (64), NODE_MEMORY (512Gi),
@@ -356,6 +357,7 @@ nohup "$BIN/kube-controller-manager" \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
   --service-cluster-ip-range=10.0.0.0/24 \
   --feature-gates="$FEATURE_GATES" \
+  --kube-api-qps="${KCM_QPS:-20}" --kube-api-burst="${KCM_BURST:-30}" \
   -v="${KCM_V:-1}" \
   > "$LOG/kube-controller-manager.log" 2>&1 &
 echo $! > "$DIR/kube-controller-manager.pid"
