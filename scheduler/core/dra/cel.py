@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from cel_expr_python import cel  # type: ignore[import-untyped]
-from cel_expr_python.ext import ext_bindings  # type: ignore[import-untyped]
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from scheduler.core.dra.types import Attribute, Device
