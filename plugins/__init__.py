@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from plugins import (
     balanced_allocation,
+    capacity_scheduling,
     default_binder,
     default_preemption,
     dynamic_resources,
@@ -52,6 +53,7 @@ REGISTRY: dict[str, PluginFactory] = {
     volume_zone.NAME: volume_zone.new,
     dynamic_resources.NAME: dynamic_resources.new,
     default_preemption.NAME: default_preemption.new,
+    capacity_scheduling.NAME: capacity_scheduling.new,
     default_binder.NAME: default_binder.new,
 }
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from scheduler.core.disruption import DisruptionBudget
 from scheduler.core.model import NamespaceInfo, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.nominator import Nomination
+from scheduler.core.quota import ElasticQuota
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import GPU_RESOURCE, GpuState
 
@@ -79,6 +80,10 @@ class Cache:
             f"node {name}: not understood, no pod is placed on it: {problem}"
             for name, problem in sorted(self.unreadable_nodes.items())
         ]
+        for key, problem in sorted(self.snapshot.quotas.unreadable.items()):
+            known = key in self.snapshot.quotas.objects
+            kept = "its last good version is in force" if known else "it is not in force"
+            out.append(f"ElasticQuota {key}: not understood, {kept}: {problem}")
         for key, entry in sorted(self._pods.items()):
             if entry.pod.unreadable:
                 node = self.snapshot.names[entry.slot]
@@ -102,6 +107,24 @@ class Cache:
 
     def remove_workload(self, kind: str, namespace: str, name: str) -> None:
         self.snapshot.remove_workload(kind, namespace, name)
+
+    # ------------------------------------------------------------------ quotas
+
+    def add_quota(self, quota: ElasticQuota) -> None:
+        """An ElasticQuota from the watch (or a snapshot file): in force for its namespace
+        (the first one there), its usage counted from the pods on nodes."""
+        self.snapshot.quotas.set_quota(quota, self.snapshot.bound_pods())
+
+    update_quota = add_quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self.snapshot.quotas.remove_quota(namespace, name, self.snapshot.bound_pods())
+
+    def set_unreadable_quota(self, namespace: str, name: str, problem: str) -> bool:
+        """An ElasticQuota whose latest version cannot be read (`problem` names the field):
+        the last good version stays in force (none: the namespace has no quota). True when
+        the problem is new (to be logged once)."""
+        return self.snapshot.quotas.set_unreadable(namespace, name, problem)
 
     @property
     def node_count(self) -> int:
@@ -227,17 +250,21 @@ class Cache:
         decision, as kube's scheduler does for pods of lower or equal priority; the snapshot
         is as before afterwards. Pods already cached (assumed, bound) are not added twice."""
         added: list[tuple[int, PodInfo]] = []
+        quotas = self.snapshot.quotas
         try:
             for nomination in nominations:
                 slot = self.snapshot.index.get(nomination.node)
                 pod = nomination.pod
                 if slot is None or not self.snapshot.live[slot] or pod.key in self._pods:
                     continue
-                self.snapshot.add_pod(slot, pod)
+                # not quota usage: CapacityScheduling counts nominated pods apart
+                self.snapshot.add_pod(slot, pod, quota=False)
                 added.append((slot, pod))
                 if nomination.gpus:
                     self.gpus.set_pod(slot, pod.key, nomination.gpus)
+            quotas.nominated = tuple(pod for _, pod in added)
             yield
         finally:
+            quotas.nominated = ()
             for slot, pod in reversed(added):
-                self.snapshot.remove_pod(slot, pod)
+                self.snapshot.remove_pod(slot, pod, quota=False)

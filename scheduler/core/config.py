@@ -62,6 +62,8 @@ DEFAULT_PLUGINS: tuple[tuple[str, int], ...] = (
     ("DynamicResources", 0),
     ("NodeMemoryPressure", 0),
     ("DefaultPreemption", 0),
+    # scheduler-plugins' ElasticQuotas; a no-op without any (docs/quotas.md)
+    ("CapacityScheduling", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("GPUTopology", 10),

@@ -61,12 +61,14 @@ __all__ = [
     "CONTEXT_KEY",
     "NOT_HELPFUL",
     "NO_VICTIMS",
+    "VICTIM_POLICY_KEY",
     "Outcome",
     "Plan",
     "PodGroup",
     "PreemptionContext",
     "UnresolvableCheck",
     "Victim",
+    "VictimPolicy",
     "group_key",
     "preempt",
     "snapshot_group",
@@ -117,6 +119,41 @@ def snapshot_group(pod: PodInfo, snapshot: Snapshot) -> PodGroup | None:
 
 
 # ------------------------------------------------------------------ what goes in and out
+
+
+VICTIM_POLICY_KEY = "topo-scheduler/victim-policy"
+"""CycleState key of a `VictimPolicy` (written at PreFilter by a plugin that has one:
+CapacityScheduling, when the cluster has ElasticQuotas)."""
+
+
+@runtime_checkable
+class VictimPolicy(Protocol):
+    """Who may be evicted for a pod, in place of "every pod of lower priority" (kube's rule),
+    and what else must hold once they are gone (a quota). Read from the cycle state."""
+
+    rejected: bool  # the policy's PreFilter rejected the pod: eviction on any node may cure it
+
+    def potential(self, preemptor: PodInfo, pods: Sequence[PodInfo]) -> set[str]:
+        """Of the pods on one node (least important first), the keys of those that may be
+        evicted, taken in that order (the policy may track what the earlier ones free)."""
+        ...
+
+    def may_evict(self, preemptor: PodInfo, pod: PodInfo) -> bool:
+        """Whether one pod may be evicted at all (a group member elsewhere)."""
+        ...
+
+    def admits(self, preemptor: PodInfo, removed: Sequence[PodInfo], nominated: bool) -> bool:
+        """Whether the preemptor is within its limits once `removed` are gone (`nominated`:
+        counting the nominated pods that hold room against it)."""
+        ...
+
+    def terminating(self, preemptor: PodInfo, pods: Sequence[PodInfo]) -> bool:
+        """Whether a terminating pod on its nominated node will free room for it already."""
+        ...
+
+    def no_victims(self, node: str, preemptor: PodInfo) -> str: ...
+
+    def not_admitted(self) -> str: ...
 
 
 UnresolvableCheck = Callable[[PodInfo, Snapshot, str, BoolArray], BoolArray]
@@ -278,6 +315,7 @@ class _Evaluation:
         self.snapshot = snapshot
         self.checks = checks
         self._groups: dict[str, PodGroup | None] = {}
+        self.policy: VictimPolicy | None = None
 
     def group(self, member: PodInfo) -> PodGroup | None:
         key = group_key(member)
@@ -294,7 +332,10 @@ class _Evaluation:
         judged by its first failing filter, as kube keeps one status per node."""
         snapshot, pod = self.snapshot, self.pod
         live = snapshot.live.copy()
+        rank = snapshot.name_rank()
         if result.prefilter_message is not None:
+            if self.policy is not None and self.policy.rejected:  # a quota: eviction may cure it
+                return sorted(np.flatnonzero(live).tolist(), key=lambda s: rank[s])
             return []  # PreFilter rejected the pod itself: no node helps
         plugins: list[str] | None = state.get(FILTER_PLUGINS_KEY)
         if plugins is None or len(plugins) != len(result.filter_trace):
@@ -316,7 +357,6 @@ class _Evaluation:
             for reason, mask in masks:
                 unresolvable |= rejected & check(pod, snapshot, reason, rejected & mask)
         potential = live & ~result.feasible & ~unresolvable
-        rank = snapshot.name_rank()
         return sorted(np.flatnonzero(potential).tolist(), key=lambda s: rank[s])
 
     def eligible(self, potential: Sequence[int]) -> str | None:
@@ -329,6 +369,9 @@ class _Evaluation:
         slot = self.snapshot.index.get(nominated)
         if slot is None or slot not in potential:
             return None  # unresolvable there (or gone): free to preempt elsewhere
+        if self.policy is not None:
+            on_node = list(self.snapshot.pods[slot].values())
+            return TERMINATING if self.policy.terminating(pod, on_node) else None
         for other in self.snapshot.pods[slot].values():
             if other.priority < pod.priority and other.preempted and other.deletion_timestamp:
                 return TERMINATING
@@ -341,8 +384,21 @@ class _Evaluation:
         or a whole group (none of a group with a member at or above the preemptor's)."""
         units: list[_Unit] = []
         grouped: dict[str, _Unit | None] = {}
+        policy = self.policy
+        chosen: set[str] = set()
+        if policy is not None:
+            pods = sorted(pods, key=_importance, reverse=True)  # least important first
+            chosen = policy.potential(preemptor, pods)
+
+        def evictable(other: PodInfo) -> bool:
+            if policy is None:
+                return other.priority < preemptor.priority
+            return other.key in chosen or policy.may_evict(preemptor, other)
+
         for other in pods:
-            if other.priority >= preemptor.priority:
+            if policy is None and other.priority >= preemptor.priority:
+                continue
+            if policy is not None and other.key not in chosen:
                 continue
             group = self.group(other)
             if group is None:
@@ -352,7 +408,7 @@ class _Evaluation:
                 members = list(group.members)
                 if all(m.key != other.key for m, _ in members):
                     members.append((other, node))
-                whole = all(m.priority < preemptor.priority for m, _ in members)
+                whole = all(evictable(m) for m, _ in members)
                 grouped[group.key] = _Unit([], members) if whole else None
                 if whole:
                     units.append(grouped[group.key])  # type: ignore[arg-type]
@@ -373,8 +429,9 @@ class _Evaluation:
         name = base.names[slot]
         assert name is not None
         units = self.units(base.pods[slot].values(), name, preemptor)
+        policy = self.policy
         if not units:
-            return [NO_VICTIMS]
+            return [policy.no_victims(name, preemptor) if policy is not None else NO_VICTIMS]
         copy = _NodeCopy(base, slot, ())
         held: dict[str, tuple[int, ...]] = {}
         for unit in units:
@@ -383,6 +440,10 @@ class _Evaluation:
         fits, reasons, _ = copy.fits(self.framework, preemptor)
         if not fits:
             return reasons
+        # what the evicted units free everywhere (a quota counts every member of a group)
+        removed: dict[str, PodInfo] = {m.key: m for u in units for m, _ in u.everywhere}
+        if policy is not None and not policy.admits(preemptor, list(removed.values()), False):
+            return [policy.not_admitted()]
         ordered = [m for unit in units for m, _ in unit.everywhere]
         violating = dict(
             zip(
@@ -397,9 +458,16 @@ class _Evaluation:
         for unit in [u for u in units if u.violating] + [u for u in units if not u.violating]:
             for member in unit.here:
                 copy.add(member, held[member.key])
-            if not copy.fits(self.framework, preemptor)[0]:
+            for member, _ in unit.everywhere:
+                removed.pop(member.key, None)
+            back = copy.fits(self.framework, preemptor)[0]
+            if back and policy is not None:
+                back = policy.admits(preemptor, list(removed.values()), True)
+            if not back:
                 for member in unit.here:
                     copy.remove(member)
+                for member, _ in unit.everywhere:
+                    removed[member.key] = member
                 evicted.append(unit)
         victims = sorted(
             {m.key: Victim(m, node) for u in evicted for m, node in u.everywhere}.values(),
@@ -576,6 +644,8 @@ def preempt(
 ) -> Outcome:
     """kube's Evaluator.Preempt without side effects: the plan, or why there is none."""
     evaluation = _Evaluation(context, pod, snapshot, checks or {})
+    policy = state.get(VICTIM_POLICY_KEY)
+    evaluation.policy = policy if isinstance(policy, VictimPolicy) else None
     if pod.preemption_policy == "Never":
         return Outcome(None, NEVER)
     potential = evaluation.classify(state, result)

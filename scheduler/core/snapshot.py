@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from scheduler.core.model import HostPort, NodeInfo, PodInfo, WorkloadInfo
 from scheduler.core.podindex import LabelSetIndex, TermIndex
+from scheduler.core.quota import QuotaState
 from scheduler.core.storage import StorageState
 from scheduler.core.topology.state import GpuState
 
@@ -94,6 +95,8 @@ class Snapshot:
         self._derived_at = (0, 0)
         # Claims, volumes and CSI objects for the volume plugins (written by the adapters).
         self.storage = StorageState()
+        # ElasticQuotas and their namespaces' usage (CapacityScheduling; written by the cache)
+        self.quotas = QuotaState()
 
     def _allocate_buffers(self, size: int) -> None:
         rows = len(self.resources)
@@ -310,9 +313,12 @@ class Snapshot:
             self.gpus.release(slot)
             self._free.append(slot)
 
-    def add_pod(self, slot: int, pod: PodInfo) -> None:
-        """Account a pod's requests, ports and count on a slot."""
+    def add_pod(self, slot: int, pod: PodInfo, quota: bool = True) -> None:
+        """Account a pod's requests, ports and count on a slot (and against its namespace's
+        quota, unless `quota` is False: a nominated pod)."""
         self._account(slot, pod, 1)
+        if quota and self.quotas.quotas:
+            self.quotas.add_pod(pod)
         self.pods[slot][pod.key] = pod
         self.storage.count_pod(pod.namespace, pod.volumes, 1)
         self.label_sets.add(slot, pod, 1)
@@ -331,6 +337,11 @@ class Snapshot:
             if not services:
                 del self.services[namespace]
 
+    def bound_pods(self) -> Iterator[PodInfo]:
+        """Every pod on a slot (bound or assumed), live node or not."""
+        for pods in self.pods:
+            yield from pods.values()
+
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         """Add, relabel (labels) or forget (None) a namespace."""
         if labels is None:
@@ -340,7 +351,9 @@ class Snapshot:
             self.namespaces[name] = dict(labels)
             self.namespace_generation += 1
 
-    def remove_pod(self, slot: int, pod: PodInfo) -> None:
+    def remove_pod(self, slot: int, pod: PodInfo, quota: bool = True) -> None:
+        if quota and self.quotas.quotas:
+            self.quotas.remove_pod(pod)
         if pod.key in self.gpus.sets[slot]:
             self.gpus.set_pod(slot, pod.key, None)
         self._account(slot, pod, -1)
