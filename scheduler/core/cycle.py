@@ -235,6 +235,11 @@ class Scheduler:
         self.nominator = Nominator()  # pods that preempted, counted on their node
         # the pending members of a pod's group (a gang preemptor must place them all)
         self.pending_members: Callable[[PodInfo], Sequence[PodInfo]] = self._queued_members
+        if any(getattr(fw.queue_sort, "fair_share", False) for fw in self.frameworks.values()):
+            # PrioritySort's fairShare: namespaces ranked by their quota's dominant share
+            queue.fair(
+                lambda pod: pod.namespace, lambda ns: cache.snapshot.quotas.dominant_share(ns)
+            )
 
     # ------------------------------------------------------------------ queueing
 

@@ -108,6 +108,22 @@ class SchedulingQueue(Generic[T]):
         self._unschedulable: OrderedDict[str, None] = OrderedDict()
         self._seq = itertools.count()
         self._moves = 0  # move requests so far (kube's moveRequestCycle)
+        # fair share (`fair`): active pods in one heap per group (namespace), ranked at pop
+        self._group_of: Callable[[T], str] | None = None
+        self._rank: Callable[[str], float] | None = None
+        self._groups: dict[str, list[tuple[tuple[float, ...], int, str]]] = {}
+
+    def fair(self, group_of: Callable[[T], str], rank: Callable[[str], float]) -> None:
+        """Fair share between groups (namespaces): among the active pods of the highest
+        priority, the one of the group with the lowest `rank` (its dominant share, read at
+        each pop) goes first; within a group, and among groups of equal rank, the QueueSort
+        order. With every rank equal the order is exactly the QueueSort order."""
+        self._group_of, self._rank = group_of, rank
+        entries, self._active = self._active, []
+        for entry in entries:
+            qp = self._pods.get(entry[2])
+            if qp is not None:
+                heapq.heappush(self._groups.setdefault(group_of(qp.pod), []), entry)
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -190,8 +206,14 @@ class SchedulingQueue(Generic[T]):
     def pop(self) -> QueuedPod[T] | None:
         """The highest-priority active pod (after flushing due backoff), now in flight."""
         self.flush()
-        while self._active:
-            _, seq, key = heapq.heappop(self._active)
+        while self._active or self._groups:
+            if self._groups:
+                heap = self._fairest()
+                if heap is None:
+                    continue
+                _, seq, key = heapq.heappop(heap)
+            else:
+                _, seq, key = heapq.heappop(self._active)
             if self._active_seq.get(key) != seq:
                 continue  # stale heap entry
             del self._active_seq[key]
@@ -202,6 +224,23 @@ class SchedulingQueue(Generic[T]):
             self._where[key] = Where.IN_FLIGHT
             return qp
         return None
+
+    def _fairest(self) -> list[tuple[tuple[float, ...], int, str]] | None:
+        """The group heap whose top goes next (stale tops and empty heaps dropped first)."""
+        assert self._rank is not None
+        best: tuple[Any, ...] | None = None
+        chosen = None
+        for group, heap in list(self._groups.items()):
+            while heap and self._active_seq.get(heap[0][2]) != heap[0][1]:
+                heapq.heappop(heap)
+            if not heap:
+                del self._groups[group]
+                continue
+            sort_key, seq, _ = heap[0]
+            rank = (sort_key[0], self._rank(group), sort_key[1:], seq)
+            if best is None or rank < best:
+                best, chosen = rank, heap
+        return chosen
 
     def unschedulable(self, key: str) -> bool:
         """An in-flight pod fits no node: park it until a cluster event (or a move since)."""
@@ -311,7 +350,11 @@ class SchedulingQueue(Generic[T]):
         self._active_seq[qp.key] = seq
         self._where[qp.key] = Where.ACTIVE
         qp.since = self._clock()
-        heapq.heappush(self._active, (self.sort_key(qp.priority, qp.enqueued), seq, qp.key))
+        entry = (self.sort_key(qp.priority, qp.enqueued), seq, qp.key)
+        if self._group_of is not None:
+            heapq.heappush(self._groups.setdefault(self._group_of(qp.pod), []), entry)
+        else:
+            heapq.heappush(self._active, entry)
 
     def _to_backoff(self, qp: QueuedPod[T]) -> None:
         self._unschedulable.pop(qp.key, None)

@@ -24,6 +24,8 @@ from scheduler.core.model import (
     WorkloadInfo,
 )
 from scheduler.core.priority import PriorityClass, resolve_priority
+from scheduler.core.quota import KIND as QUOTA_KIND
+from scheduler.core.quota import ElasticQuota
 from scheduler.core.safeload import InputError, load_yaml_all, read_input, with_origin
 from scheduler.core.storage import STORAGE_KINDS
 
@@ -95,6 +97,7 @@ def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     storage: list[Any] = []
+    quotas: list[ElasticQuota] = []
     seen: dict[str, int] = {}
     try:
         for i, obj in enumerate(_flatten(_documents(path), path)):
@@ -113,6 +116,8 @@ def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
                     cluster.groups.append(_GROUP_PARSERS[api](obj))
             elif kind in STORAGE_KINDS:
                 storage.append(STORAGE_KINDS[kind].from_object(obj))
+            elif kind == QUOTA_KIND:  # scheduler-plugins' ElasticQuota (CapacityScheduling)
+                quotas.append(ElasticQuota.from_object(obj))
             elif kind == "PriorityClass":
                 cluster.classes.append(PriorityClass.from_object(obj))
             elif kind == "PodDisruptionBudget":
@@ -130,6 +135,8 @@ def load_cluster(path: str, cache: Cache | None = None) -> Cluster:
         cluster.cache.add_node(node)
     for pod in pods:
         cluster.cache.add_pod(pod)
+    for quota in quotas:
+        cluster.cache.add_quota(quota)
     cluster.pending = [p for p in pods if p.node_name is None and not p.terminal]
     return cluster
 
