@@ -16,14 +16,19 @@ Status, written after each group cycle when it changed:
 - Kubernetes PodGroup: the `PodGroupInitiallyScheduled` condition (False with the group's
   message while it does not fit, True once it did).
 
-A status write that fails is retried with the queue's backoff (podInitialBackoffSeconds
-doubling to podMaxBackoffSeconds) while it is still the latest status of a group still there.
+The status is written by `reporter.PodGroupStatus`; a write that fails is retried with the
+queue's backoff (podInitialBackoffSeconds doubling to podMaxBackoffSeconds) while it is still
+the latest status of a group still there.
 
 A PodGroup that cannot be read is reported as such: an error log naming the field, a Warning
 `InvalidPodGroup` event on it, and (Kubernetes PodGroup) the condition False with reason
 `InvalidPodGroup`; its old spec is dropped and its members wait with the reason. A PodGroup
 that changes, becomes unreadable or is deleted is reconciled with its members
 (`GroupCycle.reconcile`), and the log says what was done.
+
+`KubeGroups` gets the narrow `AdapterHost` (client, served APIs, informers, wake-up), the
+placement interface the group algorithm reconciles through, the status writer and the Event
+recorder; never the scheduler.
 """
 
 from __future__ import annotations
@@ -32,32 +37,31 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from plugins import topology_levels
 from scheduler.core.config import SchedulerConfiguration
+from scheduler.core.cycle import PodScheduling
 from scheduler.core.group import (
     GroupCycle,
     GroupError,
-    GroupOutcome,
     GroupSpec,
     kubernetes_group,
     scheduler_plugins_group,
 )
 from scheduler.core.model import SOURCE_KUBERNETES, SOURCE_SCHEDULER_PLUGINS
-from scheduler.kube.client import MERGE_PATCH, ApiError
-from scheduler.kube.events import ObjectRef, rfc3339
-from scheduler.kube.informer import Reflector
-
-if TYPE_CHECKING:
-    from scheduler.kube.scheduler import KubeScheduler
+from scheduler.kube.client import ApiError
+from scheduler.kube.events import EventRecorder, ObjectRef
+from scheduler.kube.host import AdapterHost
+from scheduler.kube.reporter import CONDITION_SCHEDULED, PodGroupStatus
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
 
-CONDITION_SCHEDULED = "PodGroupInitiallyScheduled"
+__all__ = ["CONDITION_SCHEDULED", "KINDS", "REASON_INVALID", "GroupKind", "KubeGroups"]
+
 REASON_INVALID = "InvalidPodGroup"  # event and condition reason: the PodGroup cannot be read
 
 
@@ -101,12 +105,21 @@ def _key(obj: Obj) -> tuple[str, str]:
 class KubeGroups:
     """The in-cluster scheduler's pod groups: discovery, watches, status writes."""
 
-    def __init__(self, owner: KubeScheduler, cycle: GroupCycle) -> None:
-        self.owner = owner
+    def __init__(
+        self,
+        host: AdapterHost,
+        cycle: GroupCycle,
+        scheduling: PodScheduling,
+        status: PodGroupStatus,
+        recorder: EventRecorder,
+    ) -> None:
+        self.host = host
         self.cycle = cycle  # the assembled group algorithm; its outcomes are written here
-        cycle.observer = self.outcome
-        self.reflectors: dict[str, Reflector] = {}
-        self.written: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.scheduling = scheduling  # what `GroupCycle.reconcile` moves members through
+        self.status = status
+        self.recorder = recorder
+        cycle.observer = status.outcome
+        self.reflectors = status.reflectors  # filled here, read by the status writer
         self.discovered = asyncio.Event()
 
     def apply_config(self, config: SchedulerConfiguration) -> None:
@@ -121,13 +134,11 @@ class KubeGroups:
             for kind in KINDS:
                 if await self._served(kind):
                     self.cycle.served.add(kind.source)
-                    reflector = Reflector(
-                        self.owner.client,
+                    reflector = self.host.reflector(
                         f"{kind.api}/podgroups",
                         _Handler(self, kind),
                         name=f"podgroups.{kind.group}",
-                        watch_timeout=self.owner.options.watch_timeout,
-                        backoff=self.owner.options.reflector_backoff,
+                        count_relists=False,
                     )
                     self.reflectors[kind.source] = reflector
                     tasks.append(asyncio.create_task(reflector.run(), name=reflector.name))
@@ -144,12 +155,12 @@ class KubeGroups:
                     await task
 
     async def _served(self, kind: GroupKind) -> bool:
-        if not self.owner.apis.serves(f"{kind.group}/{kind.version}"):
+        if not self.host.apis.serves(f"{kind.group}/{kind.version}"):
             return False  # discovery's group list has it not: no need to ask
         delay = 0.2
         while True:
             try:
-                body = await self.owner.client.get(kind.api)
+                body = await self.host.client.get(kind.api)
             except ApiError as exc:
                 if exc.status in (403, 404):
                     return False
@@ -179,12 +190,12 @@ class KubeGroups:
         self.cycle.set_spec(spec)
         if before != spec:  # a new or changed group: its members may fit now
             changed = before is not None or was_unreadable
-            done = self.cycle.reconcile(self.owner.cycle, spec.source, spec.key, report=changed)
+            done = self.cycle.reconcile(self.scheduling, spec.source, spec.key, report=changed)
             if was_unreadable and kind.source == SOURCE_KUBERNETES:
                 note = "the PodGroup can be read again"
-                body = self._condition(spec.id, obj, False, "Unschedulable", note)
+                body = self.status.condition(spec.id, obj, False, "Unschedulable", note)
                 if body is not None:
-                    self._write_status(kind.source, spec.namespace, spec.name, spec.id, body)
+                    self.status.write(kind.source, spec.namespace, spec.name, spec.id, body)
             if changed:
                 log.info(
                     "pod group changed",
@@ -195,15 +206,15 @@ class KubeGroups:
                     pending=len(done.pending),
                     action=done.action,
                 )
-            self.owner._wakeup.set()
+            self.host.wake()
 
     def delete(self, kind: GroupKind, obj: Obj) -> None:
         """A PodGroup is gone: its members are reconciled (see `GroupCycle.reconcile`)."""
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
         self.cycle.remove_spec(kind.source, key)
-        self.written.pop((kind.source, key), None)
-        done = self.cycle.reconcile(self.owner.cycle, kind.source, key)
+        self.status.forget((kind.source, key))
+        done = self.cycle.reconcile(self.scheduling, kind.source, key)
         log.info(
             "pod group deleted",
             group=key,
@@ -212,7 +223,7 @@ class KubeGroups:
             pending=list(done.pending),
             action=done.action,
         )
-        self.owner._wakeup.set()
+        self.host.wake()
 
     def _unreadable(self, kind: GroupKind, obj: Obj, exc: GroupError) -> None:
         """A PodGroup that cannot be read: its old spec is dropped (its members wait with the
@@ -221,7 +232,7 @@ class KubeGroups:
         key = f"{namespace}/{name}"
         if not self.cycle.set_unreadable(kind.source, key, exc.detail):
             return
-        done = self.cycle.reconcile(self.owner.cycle, kind.source, key)
+        done = self.cycle.reconcile(self.scheduling, kind.source, key)
         api = kind.api.removeprefix("/apis/")
         log.error(
             "pod group cannot be read",
@@ -235,141 +246,10 @@ class KubeGroups:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         note = f"{exc.detail}; its pods are not scheduled until it can be read"
         ref = ObjectRef("PodGroup", namespace, name, uid, api_version=api)
-        self.owner.recorder.record(ref, "Warning", REASON_INVALID, "Scheduling", note)
+        self.recorder.record(ref, "Warning", REASON_INVALID, "Scheduling", note)
         if kind.source == SOURCE_KUBERNETES:
             gid = (kind.source, key)
-            body = self._condition(gid, obj, False, REASON_INVALID, note)
+            body = self.status.condition(gid, obj, False, REASON_INVALID, note)
             if body is not None:
-                self._write_status(kind.source, namespace, name, gid, body)
-        self.owner._wakeup.set()
-
-    # -- status ---------------------------------------------------------------------------
-
-    def outcome(self, outcome: GroupOutcome) -> None:
-        """After a group cycle: write the PodGroup's status when it changed."""
-        spec = outcome.spec
-        if outcome.timed_out:
-            log.warning(
-                "pod group past its scheduleTimeoutSeconds",
-                group=spec.key,
-                timeout=spec.timeout,
-                message=outcome.message,
-            )
-        reflector = self.reflectors.get(spec.source)
-        if reflector is None:
-            return
-        obj = reflector.known.get(spec.key)
-        if obj is None:
-            return
-        if spec.source == SOURCE_SCHEDULER_PLUGINS:
-            body = self._scheduler_plugins_status(outcome, obj)
-        else:
-            body = self._kubernetes_status(outcome, obj)
-        if body is not None:
-            self._write_status(spec.source, spec.namespace, spec.name, spec.id, body)
-
-    def _write_status(
-        self, source: str, namespace: str, name: str, gid: tuple[str, str], body: Obj
-    ) -> None:
-        reflector = self.reflectors.get(source)
-        if reflector is None:
-            return
-        api = reflector.path.removesuffix("/podgroups")  # the kind's /apis/GROUP/VERSION
-        path = f"{api}/namespaces/{namespace}/podgroups/{name}/status"
-        self.owner._spawn(self._patch(path, body, gid, self.written.get(gid)))
-
-    def _changed(self, gid: tuple[str, str], state: tuple[Any, ...]) -> bool:
-        if self.written.get(gid) == state:
-            return False
-        self.written[gid] = state
-        return True
-
-    def _scheduler_plugins_status(self, outcome: GroupOutcome, obj: Obj) -> Obj | None:
-        status = obj.get("status") or {}
-        placed = sum(1 for node, _ in outcome.members.values() if node)
-        if outcome.scheduled:
-            phase = "Scheduled"
-        elif outcome.waiting:
-            phase = "Pending"
-        else:
-            phase = "Scheduling"
-        started = phase != "Scheduling" or status.get("scheduleStartTime")
-        if status.get("phase") == phase and status.get("scheduled") == placed and started:
-            self.written[outcome.spec.id] = (phase, placed)  # already so (e.g. a restart)
-            return None
-        if not self._changed(outcome.spec.id, (phase, placed)):
-            return None
-        body: Obj = {"phase": phase, "scheduled": placed}
-        if phase == "Scheduling" and not status.get("scheduleStartTime"):
-            body["scheduleStartTime"] = rfc3339()
-        return {"status": body}
-
-    def _kubernetes_status(self, outcome: GroupOutcome, obj: Obj) -> Obj | None:
-        if outcome.waiting:
-            return None
-        reason = "Scheduled" if outcome.scheduled else "Unschedulable"
-        message = outcome.message or f"{len(outcome.members)} pods placed"
-        return self._condition(outcome.spec.id, obj, outcome.scheduled, reason, message)
-
-    def _condition(
-        self, gid: tuple[str, str], obj: Obj, scheduled: bool, reason: str, message: str
-    ) -> Obj | None:
-        """The PodGroupInitiallyScheduled condition to write (None: unchanged, or already
-        True: initially scheduled stays so)."""
-        conditions = [
-            c
-            for c in (obj.get("status") or {}).get("conditions") or []
-            if isinstance(c, dict) and c.get("type") != CONDITION_SCHEDULED
-        ]
-        previous = next(
-            (
-                c
-                for c in (obj.get("status") or {}).get("conditions") or []
-                if isinstance(c, dict) and c.get("type") == CONDITION_SCHEDULED
-            ),
-            None,
-        )
-        if previous is not None and previous.get("status") == "True":
-            return None  # initially scheduled stays so
-        status = "True" if scheduled else "False"
-        if not self._changed(gid, (status, message)):
-            return None
-        since = rfc3339()
-        if previous is not None and previous.get("status") == status:
-            since = previous.get("lastTransitionTime") or since
-        condition = {
-            "type": CONDITION_SCHEDULED,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since,
-        }
-        return {"status": {"conditions": [*conditions, condition]}}
-
-    async def _patch(
-        self, path: str, body: Obj, gid: tuple[str, str], state: tuple[Any, ...] | None
-    ) -> None:
-        """Write a status; a failure is retried with the queue's backoff while this is still
-        the latest status of a group still there (a 404 or a refusal ends it)."""
-        attempts = 0
-        while True:
-            try:
-                await self.owner.client.patch(path, body, MERGE_PATCH)
-                return
-            except ApiError as exc:
-                retryable = exc.status in (0, 408, 429) or exc.status >= 500
-                if exc.status != 404:
-                    log.warning(
-                        "pod group status not updated",
-                        group=gid[1],
-                        error=str(exc),
-                        retry=retryable,
-                    )
-                if not retryable:
-                    if self.written.get(gid) == state:
-                        self.written.pop(gid, None)  # the next group cycle writes it again
-                    return
-            attempts += 1
-            await asyncio.sleep(self.owner.queue.backoff_duration(attempts))
-            if self.written.get(gid) != state:
-                return  # a newer status was written meanwhile, or the group is gone
+                self.status.write(kind.source, namespace, name, gid, body)
+        self.host.wake()

@@ -11,13 +11,18 @@ lacks, see `informer.py`).
 It is also the `VolumeWriter` of the core: VolumeBinding's PreBind updates a claim (its
 `volume.kubernetes.io/selected-node` annotation) or a PV (its claimRef) with one PUT each, and
 waits on `changed` for the PV controller's answer to arrive through the watches.
+
+It gets the narrow `AdapterHost` (client, served APIs, informers, a way to send unschedulable
+pods back to the queue), the storage state it feeds and the pods watch's objects (PreBind asks
+whether a pod still exists); never the scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
@@ -31,12 +36,11 @@ from scheduler.core.storage import (
     PersistentVolumeClaim,
     ResourceClaim,
     StorageClass,
+    StorageState,
     VolumeAttachment,
 )
-from scheduler.kube.informer import Reflector, object_key
-
-if TYPE_CHECKING:
-    from scheduler.kube.scheduler import KubeScheduler
+from scheduler.kube.host import AdapterHost
+from scheduler.kube.informer import object_key
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
@@ -88,27 +92,22 @@ class _Handler:
 class StorageWatches:
     """The storage informers of one scheduler, and the VolumeWriter its PreBind uses."""
 
-    def __init__(self, owner: KubeScheduler) -> None:
-        self.owner = owner
-        self.client = owner.client
-        self.storage = owner.cache.snapshot.storage
+    def __init__(self, host: AdapterHost, storage: StorageState, pods: Mapping[str, Obj]) -> None:
+        self.host = host
+        self.client = host.client
+        self.storage = storage
+        self.pods = pods  # the pods watch's last copy of each pod
         self._changed = asyncio.Event()
         self.reflectors = [
-            Reflector(
-                owner.client,
+            host.reflector(
                 path,
                 _Handler(self, kind),
                 name=name,
-                watch_timeout=owner.options.watch_timeout,
-                backoff=owner.options.reflector_backoff,
-                on_relist=owner._relisted,
                 when_unserved=WHEN_UNSERVED.get(name, ""),
+                check_served=True,
             )
             for name, path, kind in KINDS
         ]
-        for reflector in self.reflectors:
-            if not owner.apis.serves_path(reflector.path):
-                reflector.mark_unserved()
 
     @property
     def synced(self) -> bool:
@@ -134,8 +133,7 @@ class StorageWatches:
         """A storage object changed: wake PreBind waiters, retry unschedulable pods."""
         self._changed.set()
         self._changed = asyncio.Event()
-        self.owner.queue.move_all(ClusterEvent.STORAGE_CHANGE)
-        self.owner._wakeup.set()
+        self.host.retry_unschedulable(ClusterEvent.STORAGE_CHANGE)
 
     # -- VolumeWriter ----------------------------------------------------------------------
 
@@ -148,7 +146,7 @@ class StorageWatches:
         return PersistentVolume.from_object(await self.client.put(path, volume.to_object()))
 
     def pod_exists(self, namespace: str, name: str, uid: str) -> bool:
-        obj = self.owner.pods.known.get(f"{namespace}/{name}")
+        obj = self.pods.get(f"{namespace}/{name}")
         return obj is not None and (obj.get("metadata") or {}).get("uid") == uid
 
     async def changed(self, timeout: float) -> None:

@@ -165,18 +165,18 @@ def test_fast_parse_path_equals_full_parse() -> None:
         uid="u1", resourceVersion="3", creationTimestamp="2026-01-01T00:00:00Z"
     )
     pending["status"] = {"phase": "Pending"}
-    first = sched._parse_pod(pending, None)
-    sched.infos[first.key] = first
+    first = sched.handlers.parse_pod(pending, None)
+    sched.handlers.infos[first.key] = first
     bound = json.loads(json.dumps(pending))
     bound["spec"]["nodeName"] = "n1"
     bound["metadata"]["annotations"]["topo-scheduler.io/gpus"] = "0,1"
     bound["metadata"]["resourceVersion"] = "4"
     bound["status"]["phase"] = "Running"
-    assert sched._parse_pod(bound, pending) == PodInfo.from_object(bound)
-    assert sched._parse_pod(bound, pending).annotations == PodInfo.from_object(bound).annotations
+    assert sched.handlers.parse_pod(bound, pending) == PodInfo.from_object(bound)
+    assert sched.handlers.parse_pod(bound, pending).annotations == PodInfo.from_object(bound).annotations
     changed = json.loads(json.dumps(bound))
     changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
-    assert sched._parse_pod(changed, bound).requests["cpu"] == 3000
+    assert sched.handlers.parse_pod(changed, bound).requests["cpu"] == 3000
 
 
 def test_logs_are_json_lines_when_not_a_tty() -> None:
@@ -252,8 +252,8 @@ def test_invalid_gpu_topology_is_logged_once_and_the_node_stays_count_only() -> 
                                    "nvidia.com/gpu": "8"}},
     }  # fmt: skip
     with structlog.testing.capture_logs() as logs:
-        sched._nodes_upsert(node, None)
-        sched._nodes_upsert(node, node)  # a heartbeat: same problem, no second line
+        sched.handlers.nodes_upsert(node, None)
+        sched.handlers.nodes_upsert(node, node)  # a heartbeat: same problem, no second line
     warnings = [e for e in logs if e["event"].startswith("GPU annotation invalid")]
     assert len(warnings) == 1 and warnings[0]["node"] == "g"
     assert "gpu-topology" in warnings[0]["error"]
@@ -274,10 +274,10 @@ def test_a_bound_member_whose_group_cannot_be_read_leaves_its_group() -> None:
         "spec": {"schedulerName": "topo-scheduler", "nodeName": "n",
                  "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
     }  # fmt: skip
-    sched._pods_upsert(pod, None)
+    sched.handlers.pods_upsert(pod, None)
     assert "ml/w0" in sched.groups.cycle.members[("annotation", "ml/job")]
     unreadable = json.loads(json.dumps(pod))
     unreadable["metadata"]["annotations"]["topo-scheduler.io/min-member"] = "abc"
-    sched._pods_upsert(unreadable, pod)
+    sched.handlers.pods_upsert(unreadable, pod)
     assert sched.cache.get("ml/w0") is not None  # still counted where it runs
     assert ("annotation", "ml/job") not in sched.groups.cycle.members

@@ -61,7 +61,7 @@ def test_schedules_gpu_pods_once_with_events_and_metrics(emulator: Emulator) -> 
         assert f"{series} 12.0" in metrics
         assert "scheduler_binding_duration_seconds_bucket" in metrics
         assert 'scheduler_pending_pods{queue="unschedulable"}' in metrics
-        assert rep.sched.foreign == {"default/theirs"}
+        assert rep.sched.handlers.foreign == {"default/theirs"}
         assert "topo_scheduler_other_scheduler_pending_pods 1.0" in metrics
         assert await rep.shutdown() == 0
 
@@ -477,7 +477,7 @@ def test_config_file_profiles_decide_which_pods_are_ours(
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator, config_file=str(config))).start()
         await wait_for(lambda: all_bound_once(emulator, ["default/train"]), what="bound")
-        assert rep.sched is not None and rep.sched.foreign == {"default/default-name"}
+        assert rep.sched is not None and rep.sched.handlers.foreign == {"default/default-name"}
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())

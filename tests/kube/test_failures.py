@@ -214,7 +214,7 @@ def test_sli_recorded_when_the_watch_shows_the_binding_first(emulator: Emulator)
             "scheduler_pod_scheduling_sli_duration_seconds_count", {"attempts": "1"}
         )
         assert count == 1.0
-        assert KEY not in sched.queued_at
+        assert KEY not in sched.handlers.queued_at
         await sched.client.close()
 
     asyncio.run(run())

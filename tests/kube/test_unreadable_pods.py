@@ -155,7 +155,7 @@ def test_a_pending_pod_edited_into_an_unreadable_state_leaves_the_queue(
         emulator.patch(PODS, "mine", {"metadata": {"annotations": edit}}, "default")
         await wait_for(lambda: "default/mine" not in sched.queue, what="mine out of the queue")
         assert sched.cycle.nominator.get("default/mine") is None
-        assert "default/mine" not in sched.infos
+        assert "default/mine" not in sched.handlers.infos
         # room on the node: nothing is scheduled on the stale copy
         emulator.delete(PODS, "theirs", "default")
         await wait_for(lambda: sched.cache.get("default/theirs") is None, what="theirs gone")
