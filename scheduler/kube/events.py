@@ -1,12 +1,22 @@
 """events.k8s.io/v1 Events, sent in the background, deduplicated and rate limited.
 
-Like kube-scheduler's event broadcaster: Events go through their own client (its own token
-bucket and connections, so they never take a binding's turn), recording never blocks a
-scheduling cycle (a bounded queue of 1,000, overflow dropped and counted), the same (object,
-reason, note) within `dedup_window` is sent once and counted as a repeat (the object is
-identified by its UID too, so a recreated object starts afresh), and each object gets at most
-`burst` events, refilled one per `refill` seconds (kube's spam filter: 25, one per 5 minutes).
-A failed post is retried a few times (transport errors, 5xx), then dropped and counted.
+Like kube-scheduler's event broadcaster (client-go `tools/events`): Events go through their
+own client (its own token bucket and connections, so they never take a binding's turn), and
+recording never blocks a scheduling cycle. The same (object, reason, note) within
+`dedup_window` is sent once and counted as a repeat (the object is identified by its UID too,
+so a recreated object starts afresh), and each object gets at most `burst` events, refilled one
+per `refill` seconds (kube's spam filter: 25, one per 5 minutes).
+
+The buffer. client-go's broadcaster queues 1,000 Events in a channel, but its sink drains that
+channel at once, one goroutine per Event, and the goroutines wait for the event client's rate
+limit: what kube-scheduler holds is bounded only by its memory. Here the Events wait in one
+bounded queue of `MAX_QUEUED_EVENTS` (10,000: two 5,000-pod bursts, about 1.3 KB each with
+its dedup entry), kept as the few values an Event is built from, and `EVENT_POSTS` (16) posts
+are in flight at once, paced by the event client's token bucket. A burst of up to 10,000
+Events is never dropped, however slow the API server; beyond that an Event is dropped,
+counted (`topo_scheduler_events_dropped_total{reason="queue_full"}`) and logged: one warning
+when a burst first overflows, one line with the count once the queue has drained to half.
+A failed post is retried a few times (transport errors, 5xx, 429), then dropped and counted.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler.events")
 
 COMPONENT = "topo-scheduler"
+MAX_QUEUED_EVENTS = 10_000  # Events waiting to be posted; more are dropped and counted
+EVENT_POSTS = 16  # Event posts in flight at once (`Options.event_workers`)
 
 
 def micro_time(ts: float | None = None) -> str:
@@ -66,6 +78,18 @@ class ObjectRef:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """One queued Event: what its body is built from when it is posted."""
+
+    ref: ObjectRef
+    type: str
+    reason: str
+    action: str
+    note: str
+    at: float  # time.time() when recorded: the Event's eventTime and name
+
+
 @dataclass
 class _Bucket:
     tokens: float
@@ -80,7 +104,7 @@ class EventRecorder:
         client: KubeClient,
         *,
         instance: str | None = None,
-        queue_size: int = 1000,
+        queue_size: int = MAX_QUEUED_EVENTS,
         dedup_window: float = 600.0,
         burst: int = 25,
         refill: float = 300.0,
@@ -95,7 +119,8 @@ class EventRecorder:
         self.retry_delay = retry_delay
         self.core_v1 = False  # the server lacks events.k8s.io/v1 (< 1.19): core/v1 Events
         self.instance = instance or f"{COMPONENT}-{socket.gethostname()}"
-        self.queue: asyncio.Queue[Obj] = asyncio.Queue(queue_size)
+        self.capacity = queue_size
+        self.queue: asyncio.Queue[_Pending] = asyncio.Queue(queue_size)
         self.dedup_window = dedup_window
         self.burst = burst
         self.refill = refill
@@ -106,6 +131,7 @@ class EventRecorder:
         self.dropped = 0  # lost to a full queue, or still queued at shutdown
         self.suppressed = 0  # deduplicated or rate limited
         self.failed = 0  # given up after `tries` posts
+        self.burst_dropped = 0  # dropped since the queue last had room to spare
 
     def _count_drop(self, reason: str) -> None:
         if self.metrics is not None:
@@ -152,39 +178,60 @@ class EventRecorder:
             if self.metrics is not None:
                 self.metrics.events_aggregated.inc()
             return False
-        now = time.time()
-        event: Obj = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{ref.name}.{int(now * 1e9):x}",
-                "namespace": ref.namespace or "default",
-            },
-            "eventTime": micro_time(now),
-            "reportingController": COMPONENT,
-            "reportingInstance": self.instance,
-            "action": action,
-            "reason": reason,
-            "type": type_,
-            "note": note[:1024],
-            "regarding": ref.as_dict(),
-        }
         try:
-            self.queue.put_nowait(event)
+            self.queue.put_nowait(_Pending(ref, type_, reason, action, note, time.time()))
         except asyncio.QueueFull:
-            self.dropped += 1
-            self._count_drop("queue_full")
+            self._queue_full(ref, reason)
             return False
         return True
+
+    def _queue_full(self, ref: ObjectRef, reason: str) -> None:
+        self.dropped += 1
+        self._count_drop("queue_full")
+        self.burst_dropped += 1
+        if self.burst_dropped == 1:  # once per burst; the count follows when it has drained
+            log.warning(
+                "event queue full, events dropped until it drains",
+                capacity=self.capacity,
+                first_reason=reason,
+                first_object=f"{ref.namespace}/{ref.name}",
+            )
+
+    def _drained(self) -> None:
+        """The queue is back to half its capacity: the burst's drops, in one line."""
+        if self.burst_dropped and self.queue.qsize() <= self.capacity // 2:
+            log.warning("event queue drained", dropped=self.burst_dropped, capacity=self.capacity)
+            self.burst_dropped = 0
 
     async def run(self) -> None:
         """Post queued Events until cancelled."""
         while True:
-            event = await self.queue.get()
+            pending = await self.queue.get()
             try:
-                await self._post(event)
+                self._drained()
+                await self._post(self.body(pending))
             finally:
                 self.queue.task_done()
+
+    def body(self, pending: _Pending) -> Obj:
+        """The events.k8s.io/v1 Event of a queued record."""
+        ref = pending.ref
+        return {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{ref.name}.{int(pending.at * 1e9):x}",
+                "namespace": ref.namespace or "default",
+            },
+            "eventTime": micro_time(pending.at),
+            "reportingController": COMPONENT,
+            "reportingInstance": self.instance,
+            "action": pending.action,
+            "reason": pending.reason,
+            "type": pending.type,
+            "note": pending.note[:1024],
+            "regarding": ref.as_dict(),
+        }
 
     async def _post(self, event: Obj) -> None:
         ns = event["metadata"]["namespace"]
@@ -217,6 +264,9 @@ class EventRecorder:
             except TimeoutError:
                 pass
         pending = self.queue.qsize()
+        if self.burst_dropped:
+            log.warning("events dropped to a full queue", dropped=self.burst_dropped)
+            self.burst_dropped = 0
         if pending:
             log.warning("events not flushed", pending=pending)
             self.dropped += pending

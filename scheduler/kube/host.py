@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from scheduler.core.queue import ClusterEvent
 from scheduler.kube.client import KubeClient
 from scheduler.kube.discovery import ServerAPIs
+from scheduler.kube.events import EVENT_POSTS
 from scheduler.kube.informer import Backoff, Handler, Reflector
 
 
@@ -36,7 +37,8 @@ class Options:
     watch_timeout: int = 300
     reflector_backoff: Backoff = field(default_factory=Backoff)
     max_bindings_in_flight: int = 512
-    event_workers: int = 4
+    # Event posts in flight at once (the event client's own rate limit paces them)
+    event_workers: int = EVENT_POSTS
     shutdown_grace: float = 30.0
     clock: Callable[[], float] = time.monotonic
 
