@@ -1,90 +1,308 @@
-"""DynamicResources: topo-scheduler does not allocate ResourceClaims (DRA).
+"""DynamicResources: kube-scheduler's DRA plugin (structured parameters, resource.k8s.io/v1),
+with the devices of a claim chosen by NVLink bandwidth where the node's GPU graph is known.
 
-A pod with `spec.resourceClaims` is schedulable only when every claim already exists, is
-allocated and is reserved for the pod (allocated by another scheduler or a controller); the
-pod then goes only to nodes the allocation's node selector admits (`resourceclaim not
-available on the node`, kube's reason). Otherwise the pod is unschedulable with a message
-saying topo-scheduler does not allocate ResourceClaims, never silently placed without its
-devices.
+- **PreFilter** gathers the pod's claims (`spec.resourceClaims` by name, or the claim made
+  from a template, found through `status.resourceClaimStatuses`; a template's claim must be
+  controlled by the pod). A claim not created yet, missing, being deleted, reserved for
+  others up to the limit, or still being allocated for another pod, and a request whose
+  DeviceClass does not exist, make the pod wait with kube's message. The unallocated claims
+  get one allocator for the cycle over the cache's DeviceClasses, ResourceSlices and the
+  devices already allocated (to other claims, and in flight for pods between Reserve and
+  PreBind).
+- **Filter**: an allocated claim restricts the pod to its allocation's node selector
+  (`resourceclaim not available on the node`); the allocator looks for devices for every
+  unallocated claim on each node (`cannot allocate all claims`), remembering the allocation
+  per node. An allocator error (a selector failing on a device, ...) fails the cycle, as
+  kube's Error status; an invalid pool rejects only that node.
+- **Reserve** holds the node's allocation in the cache (in flight: no other pod gets those
+  devices); **Unreserve** releases it.
+- **PreBind** writes, through the binder (`ClaimStatusWriter`), `status.allocation` and
+  the pod in `status.reservedFor` of each claim not yet reserved for it; the written claim
+  is assumed in the cache until the watch catches up. A claim shared by several pods is
+  allocated once: the next pod finds it allocated and is only added to `reservedFor`.
+
+Every rejection is UnschedulableAndUnresolvable, as kube's (preemption does not free
+devices). PostFilter's deallocation of a claim allocated where the pod cannot go is not done.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from plugins._volumes import UNRESOLVABLE, node_mask
+import numpy as np
+
+from plugins._volumes import UNRESOLVABLE
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import SKIP, CycleState, PreFilterResult, ReasonMasks
-from scheduler.core.model import NodeInfo, NodeSelector, PodInfo
+from scheduler.core.dra import (
+    CANNOT_ALLOCATE,
+    NOT_AVAILABLE,
+    AllocationError,
+    AllocationResult,
+    Allocator,
+    CelCache,
+    ResourceClaim,
+    node_selector_matches,
+)
+from scheduler.core.dra.state import (
+    NODE_CHOICES_KEY,
+    RESERVED_FOR_MAX_SIZE,
+    ClaimWriteError,
+    DraState,
+    NodeChoice,
+)
+from scheduler.core.framework import (
+    BINDER_KEY,
+    SKIP,
+    ClaimStatusWriter,
+    CycleState,
+    PreFilterResult,
+    ReasonMasks,
+)
+from scheduler.core.model import PodInfo
+from scheduler.core.selectors import NodeSelector
 from scheduler.core.snapshot import BoolArray, Snapshot
 
+__all__ = ["NAME", "DynamicResources", "new"]
+
 NAME = "DynamicResources"
-NOT_ALLOCATED = (
-    'ResourceClaim "{claim}" of the pod is not allocated and reserved for it: '
-    "topo-scheduler does not allocate ResourceClaims"
-)
-NOT_CREATED = (
-    'the ResourceClaim of the pod\'s claim "{name}" is not created yet: '
-    "topo-scheduler does not allocate ResourceClaims"
-)
-REASON_NODE = "resourceclaim not available on the node"
-CODES: dict[str, str] = {REASON_NODE: UNRESOLVABLE}
+REASON_NODE = NOT_AVAILABLE
+CODES: dict[str, str] = {NOT_AVAILABLE: UNRESOLVABLE, CANNOT_ALLOCATE: UNRESOLVABLE}
 """kube's status code per reason (its statusUnschedulable is UnschedulableAndUnresolvable);
-the PreFilter refusals above are UnschedulableAndUnresolvable too."""
+the PreFilter refusals are UnschedulableAndUnresolvable too."""
 PREFILTER_CODE = UNRESOLVABLE
-_STATE = f"{NAME}/selectors"
+_STATE = f"{NAME}/state"
 
 
-def selector_admits(selector: NodeSelector, node: NodeInfo) -> bool:
-    """A node selector against a node, with matchFields on metadata.name (which DRA's
-    allocations use for node-local devices)."""
-    for term in selector.terms:
-        if not term.match_expressions and not term.match_fields:
-            continue
-        if all(r.matches(node.labels) for r in term.match_expressions) and all(
-            r.key == "metadata.name" and r.matches({r.key: node.name}) for r in term.match_fields
-        ):
-            return True
+class DraError(Exception):
+    """kube's statusError: the cycle fails and the pod backs off."""
+
+
+@dataclass
+class _State:
+    claims: list[ResourceClaim]  # 1:1 with the pod's claims that exist
+    selectors: list[NodeSelector]  # of the allocated claims
+    to_allocate: list[int]  # indices into claims
+    allocator: Allocator | None
+    dra: DraState
+    choices: dict[str, NodeChoice] = field(default_factory=dict)  # node -> Filter's result
+    allocations: dict[int, AllocationResult] = field(default_factory=dict)  # Reserve's
+    pending: list[str] = field(default_factory=list)  # claim uids in flight (Reserve)
+
+
+def _controlled_by(claim: ResourceClaim, pod: PodInfo) -> bool:
+    """metav1.IsControlledBy: an owner reference with controller: true and the pod's uid."""
+    meta = claim.raw.get("metadata") if isinstance(claim.raw, Mapping) else None
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return str(ref.get("uid") or "") == pod.uid
     return False
 
 
 class DynamicResources:
     name = NAME
 
+    def __init__(self) -> None:
+        self.cel = CelCache()  # compiled selectors, for the scheduler's lifetime
+
+    # -- PreFilter ------------------------------------------------------------------------
+
+    def _claims(self, pod: PodInfo, snapshot: Snapshot) -> list[ResourceClaim] | str:
+        """kube's foreachPodResourceClaim: the claims, or why the pod must wait."""
+        dra = snapshot.storage.dra
+        claims = []
+        for entry in pod.resource_claims:
+            if entry.unsupported:
+                return (
+                    f'pod "{pod.namespace}/{pod.name}", spec.resourceClaim "{entry.name}": '
+                    "none of the supported fields are set"
+                )
+            if entry.claim is None:
+                return f'pod "{pod.namespace}/{pod.name}": ResourceClaim not created yet'
+            if entry.claim == "":
+                continue  # no claim was needed for this entry
+            claim = dra.claim(pod.namespace, entry.claim)
+            if claim is None:
+                return f'resourceclaim.resource.k8s.io "{entry.claim}" not found'
+            if claim.deleting:
+                return f'resourceclaim "{claim.name}" is being deleted'
+            if entry.template and not _controlled_by(claim, pod):
+                return (
+                    f"ResourceClaim {claim.key} was not created for pod "
+                    f"{pod.namespace}/{pod.name} (pod is not owner)"
+                )
+            claims.append(claim)
+        return claims
+
     def pre_filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot
     ) -> PreFilterResult | None:
         if not pod.resource_claims:
             return SKIP
-        selectors: list[NodeSelector] = []
-        for entry in pod.resource_claims:
-            if entry.claim is None:
-                return PreFilterResult(unschedulable=NOT_CREATED.format(name=entry.name))
-            claim = snapshot.storage.resource_claims.get(f"{pod.namespace}/{entry.claim}")
-            if claim is None or not claim.allocated or pod.uid not in claim.reserved_for:
-                return PreFilterResult(unschedulable=NOT_ALLOCATED.format(claim=entry.claim))
-            if claim.node_selector is not None:
-                selectors.append(claim.node_selector)
-        if not selectors:
+        found = self._claims(pod, snapshot)
+        if isinstance(found, str):
+            return PreFilterResult(unschedulable=found)
+        if not found:
             return SKIP
-        state.write(_STATE, selectors)
+        dra = snapshot.storage.dra
+        selectors: list[NodeSelector] = []
+        to_allocate: list[int] = []
+        for index, claim in enumerate(found):
+            if claim.allocation is not None:
+                if len(claim.reserved_for) >= RESERVED_FOR_MAX_SIZE and not (
+                    claim.reserved_for_pod(pod.uid)
+                ):
+                    return PreFilterResult(unschedulable="resourceclaim in use")
+                if claim.allocation.node_selector is not None:
+                    selectors.append(claim.allocation.node_selector)
+                continue
+            to_allocate.append(index)
+            if dra.has_pending(claim.uid):
+                return PreFilterResult(
+                    unschedulable=f"resource claim {claim.key} is in the process of being allocated"
+                )
+            for request in claim.requests:
+                if request.first_available:
+                    checks = [
+                        (s.device_class_name, f"{request.name}/{s.name}")
+                        for s in request.first_available
+                    ]
+                else:
+                    assert request.exactly is not None
+                    checks = [(request.exactly.device_class_name, request.name)]
+                for class_name, shown in checks:
+                    if not class_name:
+                        raise DraError(f"request {shown}: unsupported request type")
+                    if class_name not in dra.classes:
+                        return PreFilterResult(
+                            unschedulable=f"request {shown}: device class {class_name} "
+                            "does not exist"
+                        )
+        allocator = None
+        if to_allocate:
+            allocator = Allocator(
+                dra.classes,
+                (),
+                dra.allocated_devices(),
+                cel=self.cel,
+                gpu_selector=snapshot.gpus.selector,
+                slices_for=dra.slices_for,
+            )
+        state.write(_STATE, _State(found, selectors, to_allocate, allocator, dra))
+        if allocator is not None:
+            state.write(NODE_CHOICES_KEY, {})
         return None
+
+    # -- Filter ---------------------------------------------------------------------------
 
     def filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, candidates: BoolArray
     ) -> ReasonMasks:
-        selectors: list[NodeSelector] = state.read(_STATE)
-        return [
-            (
-                REASON_NODE,
-                node_mask(
-                    snapshot,
-                    candidates,
-                    lambda n: not all(selector_admits(s, n) for s in selectors),
-                ),
+        st: _State = state.read(_STATE)
+        reasons: dict[str, BoolArray] = {}
+
+        def reject(slot: int, reason: str) -> None:
+            mask = reasons.get(reason)
+            if mask is None:
+                mask = reasons[reason] = np.zeros(snapshot.capacity, np.bool_)
+            mask[slot] = True
+
+        to_allocate = [st.claims[i] for i in st.to_allocate]
+        choices: dict[str, NodeChoice] = state.get(NODE_CHOICES_KEY, {})
+        for raw_slot in np.flatnonzero(candidates):
+            slot = int(raw_slot)
+            node = snapshot.nodes[slot]
+            if node is None:
+                continue
+            if not all(node_selector_matches(s, node.name, node.labels) for s in st.selectors):
+                reject(slot, NOT_AVAILABLE)
+                continue
+            if st.allocator is None:
+                continue
+            topology = snapshot.gpus.topology[slot]
+            try:
+                results = st.allocator.allocate(node, to_allocate, topology=topology)
+            except AllocationError as exc:
+                if exc.on_node:
+                    reject(slot, str(exc))
+                    continue
+                raise DraError(str(exc)) from None
+            if results is None:
+                reject(slot, CANNOT_ALLOCATE)
+                continue
+            choice = NodeChoice(
+                tuple(c.key for c in to_allocate),
+                tuple(results),
+                tuple(st.allocator.preferences),
+                topology,
             )
-        ]
+            st.choices[node.name] = choice
+            choices[node.name] = choice
+        return list(reasons.items())
+
+    def unresolvable(
+        self, pod: PodInfo, snapshot: Snapshot, reason: str, rejected: BoolArray
+    ) -> BoolArray:
+        """Every rejection is UnschedulableAndUnresolvable (kube's statusUnschedulable)."""
+        return rejected.copy()
+
+    # -- Reserve / Unreserve --------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
+        st: _State | None = state.get(_STATE)
+        if st is None or not st.to_allocate:
+            return None
+        choice = st.choices.get(node)
+        if choice is None:
+            raise DraError("claim allocation not found for node")
+        dra = st.dra
+        for index, allocation in zip(st.to_allocate, choice.results, strict=True):
+            claim = st.claims[index]
+            st.allocations[index] = allocation
+            dra.signal_pending(replace(claim, allocation=allocation))
+            st.pending.append(claim.uid)
+        return None
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        st: _State | None = state.get(_STATE)
+        if st is None or not st.pending:
+            return
+        dra = st.dra
+        for index in st.to_allocate:
+            claim = st.claims[index]
+            if claim.uid in st.pending and dra.remove_pending(claim.uid):
+                dra.restore_claim(claim.key)
+        st.pending.clear()
+        st.allocations.clear()
+
+    # -- PreBind --------------------------------------------------------------------------
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
+        st: _State | None = state.get(_STATE)
+        if st is None or not st.claims:
+            return None
+        binder = state.get(BINDER_KEY)
+        dra = st.dra
+        for index, claim in enumerate(st.claims):
+            if claim.reserved_for_pod(pod.uid):
+                continue
+            if not isinstance(binder, ClaimStatusWriter):
+                return f"claim {claim.key}: the binder cannot write ResourceClaim status"
+            allocation = st.allocations.get(index)
+            try:
+                written = await binder.write_claim_status(claim, allocation, pod)
+            except ClaimWriteError as exc:
+                if allocation is not None and dra.remove_pending(claim.uid):
+                    st.pending.remove(claim.uid)
+                return str(exc)
+            if written is not None:
+                dra.assume_claim(written)
+                st.claims[index] = written
+            if allocation is not None and dra.remove_pending(claim.uid):
+                st.pending.remove(claim.uid)
+        return None
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> DynamicResources:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from scheduler.core.cache import Cache
 from scheduler.core.framework import (
     ALLOCATION_KEY,
+    BINDER_KEY,
     NO_NODES_MESSAGE,
     Allocation,
     Binder,
@@ -562,6 +563,7 @@ class Scheduler:
         forget and requeue. Never raises: a crash is a failed binding."""
         pod, node, fw, state = assumed.pod, assumed.node, assumed.framework, assumed.state
         bind_seconds = 0.0
+        state.write(BINDER_KEY, self.binder)
         try:
             rejection = await self._wait_on_permit(assumed)
             if rejection is not None:

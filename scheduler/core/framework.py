@@ -24,14 +24,17 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from scheduler.core.dra.state import ClaimWriteError
 from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.types import AllocationResult, ResourceClaim
     from scheduler.core.preemption import Plan
 
 __all__ = [
     "ALLOCATION_KEY",
+    "BINDER_KEY",
     "MAX_NODE_SCORE",
     "NO_NODES_MESSAGE",
     "POINTS",
@@ -41,6 +44,8 @@ __all__ = [
     "BindPlugin",
     "BindResult",
     "Binder",
+    "ClaimStatusWriter",
+    "ClaimWriteError",
     "CycleState",
     "FilterPlugin",
     "Framework",
@@ -76,6 +81,9 @@ ALLOCATION_KEY = "topo-scheduler/allocation"
 """CycleState key of the devices allocated on the chosen node (an `Allocation` or None):
 the one channel of the GPU set from the cycle's assumption to Bind (`Assumed.gpus`,
 DefaultBinder)."""
+BINDER_KEY = "topo-scheduler/binder"
+"""CycleState key of the cycle's `Binder`, written before PreBind: a PreBind plugin that
+writes API objects does it through the binder (DynamicResources: `ClaimStatusWriter`)."""
 FILTER_PLUGINS_KEY = "topo-scheduler/filter-plugins"
 """CycleState key of the plugin behind each entry of the decision's filter trace, in order
 (PostFilter plugins read it: kube's per-node status carries the plugin)."""
@@ -315,9 +323,27 @@ class BindResult:
 
 class Binder(Protocol):
     """Where a binding goes: the API server (pods/binding), the simulator's in-memory cluster,
-    or nowhere (explain's dry run). One interface, three implementations."""
+    or nowhere (explain's dry run). One interface, three implementations. A binder that can
+    also write ResourceClaim status (DynamicResources' PreBind) implements
+    `ClaimStatusWriter` beside `bind`."""
 
     async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult: ...
+
+
+@runtime_checkable
+class ClaimStatusWriter(Protocol):
+    """The binder's ResourceClaim operation: DynamicResources' PreBind (kube's bindClaim)."""
+
+    async def write_claim_status(
+        self, claim: ResourceClaim, allocation: AllocationResult | None, pod: PodInfo
+    ) -> ResourceClaim | None:
+        """Store `allocation` (when given; the claim must still be unallocated) in the
+        claim's `status.allocation` and add the pod to `status.reservedFor`, through the
+        status subresource, re-reading the claim and retrying on a conflict (the finalizer
+        `resource.kubernetes.io/delete-protection` added first when allocating). The claim
+        as written, or None when nothing is written anywhere (a dry run); ClaimWriteError
+        when the claim is gone, being deleted, allocated elsewhere, or the write fails."""
+        ...
 
 
 @runtime_checkable

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from scheduler.core.decode import Fields
+from scheduler.core.dra.state import DRA_KINDS, DraState
+from scheduler.core.dra.types import ResourceClaim
 from scheduler.core.podaffinity import LabelSelector
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 from scheduler.core.selectors import (
@@ -507,44 +509,6 @@ class CSIStorageCapacity:
 
 
 @dataclass(frozen=True, slots=True)
-class ResourceClaim:
-    namespace: str
-    name: str
-    uid: str
-    allocated: bool
-    reserved_for: tuple[str, ...]  # uids of the pods it is reserved for
-    node_selector: NodeSelector | None = None  # status.allocation.nodeSelector
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @classmethod
-    def from_object(cls, obj: Any) -> ResourceClaim:
-        w = _Where.of("ResourceClaim", obj, namespaced=True)
-        meta = w.meta(obj)
-        status = w.mapping(obj.get("status"), "status")
-        allocation = status.get("allocation")
-        selector = None
-        if allocation is not None:
-            alloc = w.mapping(allocation, "status.allocation")
-            selector = w.node_selector(alloc.get("nodeSelector"), "status.allocation.nodeSelector")
-        reserved = []
-        for i, r in enumerate(w.list(status.get("reservedFor"), "status.reservedFor")):
-            item = w.mapping(r, f"status.reservedFor[{i}]")
-            if w.string(item.get("resource"), f"status.reservedFor[{i}].resource", "") == "pods":
-                reserved.append(w.string(item.get("uid"), f"status.reservedFor[{i}].uid", ""))
-        return cls(
-            namespace=w.namespace,
-            name=w.string(meta.get("name"), "metadata.name", ""),
-            uid=w.string(meta.get("uid"), "metadata.uid", ""),
-            allocated=allocation is not None,
-            reserved_for=tuple(reserved),
-            node_selector=selector,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class VolumeAttachment:
     """A CSI attachment of a PV to a node (NodeVolumeLimits counts them: a volume stays
     attached for a while after its pod is gone)."""
@@ -577,10 +541,12 @@ STORAGE_KINDS: dict[str, Any] = {
     "CSINode": CSINode,
     "CSIDriver": CSIDriver,
     "CSIStorageCapacity": CSIStorageCapacity,
-    "ResourceClaim": ResourceClaim,
     "VolumeAttachment": VolumeAttachment,
+    **DRA_KINDS,
 }
-"""The storage kinds by API kind: each has `from_object` (a typed value, or ModelError)."""
+"""The storage kinds by API kind: each has `from_object` (a typed value, or ModelError).
+The resource.k8s.io/v1 kinds (DeviceClass, ResourceClaim, ResourceClaimTemplate,
+ResourceSlice) are held by `StorageState.dra`."""
 
 
 # ---------------------------------------------------------------------------- pod side
@@ -603,10 +569,13 @@ class PodVolume:
 @dataclass(frozen=True, slots=True)
 class PodResourceClaim:
     """An entry of spec.resourceClaims with the ResourceClaim it names (None: its template's
-    claim is not created yet)."""
+    claim is not created yet, or neither source is set); `template`: made from a
+    ResourceClaimTemplate (the claim must be owned by the pod)."""
 
     name: str
     claim: str | None
+    template: bool = False
+    unsupported: bool = False  # neither resourceClaimName nor resourceClaimTemplateName
 
 
 def _pod_volume(w: _Where, pod_name: str, raw: Any, path: str) -> PodVolume:
@@ -664,11 +633,11 @@ def parse_pod_storage(
     for i, s in enumerate(statuses):
         item = w.mapping(s, f"status.resourceClaimStatuses[{i}]")
         claim = item.get("resourceClaimName")
-        if claim is not None:
-            name = w.string(item.get("name"), f"status.resourceClaimStatuses[{i}].name", "")
-            generated[name] = w.string(
-                claim, f"status.resourceClaimStatuses[{i}].resourceClaimName", ""
-            )
+        name = w.string(item.get("name"), f"status.resourceClaimStatuses[{i}].name", "")
+        # "" (no name in the status): no claim was needed for this entry (kube skips it)
+        generated[name] = w.string(
+            claim, f"status.resourceClaimStatuses[{i}].resourceClaimName", ""
+        )
     claims = []
     for i, c in enumerate(w.list(spec.get("resourceClaims"), "spec.resourceClaims")):
         item = w.mapping(c, f"spec.resourceClaims[{i}]")
@@ -676,7 +645,16 @@ def parse_pod_storage(
         direct = w.opt_str(
             item.get("resourceClaimName"), f"spec.resourceClaims[{i}].resourceClaimName"
         )
-        claims.append(PodResourceClaim(name, direct if direct else generated.get(name)))
+        template = w.opt_str(
+            item.get("resourceClaimTemplateName"),
+            f"spec.resourceClaims[{i}].resourceClaimTemplateName",
+        )
+        if direct:
+            claims.append(PodResourceClaim(name, direct))
+        elif template:
+            claims.append(PodResourceClaim(name, generated.get(name), template=True))
+        else:
+            claims.append(PodResourceClaim(name, None, unsupported=True))
     return volumes, tuple(claims)
 
 
@@ -707,6 +685,9 @@ class AssumeError(Exception):
     """An assumption on an object the cache does not hold, or on an outdated version."""
 
 
+_DRA_TYPES = frozenset(DRA_KINDS.values())
+
+
 class StorageState:
     """The storage objects of the cluster, with VolumeBinding's assumptions on top."""
 
@@ -717,7 +698,7 @@ class StorageState:
         self.csi_nodes: dict[str, CSINode] = {}
         self.csi_drivers: dict[str, CSIDriver] = {}
         self.capacities: dict[str, CSIStorageCapacity] = {}
-        self.resource_claims: dict[str, ResourceClaim] = {}
+        self.dra = DraState()  # DeviceClasses, ResourceClaims, templates, ResourceSlices
         self.attachments: dict[str, VolumeAttachment] = {}
         self._assumed_claims: dict[str, PersistentVolumeClaim] = {}
         self._assumed_volumes: dict[str, PersistentVolume] = {}
@@ -816,17 +797,16 @@ class StorageState:
         self.capacities[value.key] = value
         self.generation += 1
 
-    def set_resource_claim(self, value: ResourceClaim) -> None:
-        self.resource_claims[value.key] = value
-        self.generation += 1
-
     def set_attachment(self, value: VolumeAttachment) -> None:
         self.attachments[value.name] = value
         self.generation += 1
 
     def remove(self, kind: type, key: str) -> None:
         """Forget an object deleted from the API (by type and its cache key)."""
-        if kind is PersistentVolumeClaim:
+        if kind in _DRA_TYPES:
+            self.dra.remove(kind, key)
+            self.generation += 1
+        elif kind is PersistentVolumeClaim:
             self.remove_claim(key)
         elif kind is PersistentVolume:
             self.remove_volume(key)
@@ -836,14 +816,17 @@ class StorageState:
                 CSINode: self.csi_nodes,
                 CSIDriver: self.csi_drivers,
                 CSIStorageCapacity: self.capacities,
-                ResourceClaim: self.resource_claims,
                 VolumeAttachment: self.attachments,
             }
             stores[kind].pop(key, None)
             self.generation += 1
 
     def add(self, value: Any) -> None:
-        """Store any parsed storage object (explain's snapshot loading)."""
+        """Store any parsed storage object (explain's snapshot loading, the watches)."""
+        if type(value) in _DRA_TYPES:
+            self.dra.add(value)
+            self.generation += 1
+            return
         setters: dict[type, Callable[[Any], None]] = {
             PersistentVolumeClaim: self.set_claim,
             PersistentVolume: self.set_volume,
@@ -851,7 +834,6 @@ class StorageState:
             CSINode: self.set_csi_node,
             CSIDriver: self.set_csi_driver,
             CSIStorageCapacity: self.set_capacity,
-            ResourceClaim: self.set_resource_claim,
             VolumeAttachment: self.set_attachment,
         }
         setters[type(value)](value)

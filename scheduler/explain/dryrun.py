@@ -12,6 +12,8 @@ from typing import Any
 from scheduler.assembly import assemble
 from scheduler.core.cache import Cache
 from scheduler.core.cycle import CycleHooks, Decision, drive
+from scheduler.core.dra.state import NODE_CHOICES_KEY, NodeChoice
+from scheduler.core.dra.types import AllocationResult, ResourceClaim
 from scheduler.core.framework import (
     Allocation,
     BindOutcome,
@@ -33,14 +35,39 @@ class DryRunBinder:
     async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
         return BindResult(BindOutcome.BOUND)
 
+    async def write_claim_status(
+        self, claim: ResourceClaim, allocation: AllocationResult | None, pod: PodInfo
+    ) -> ResourceClaim | None:
+        return None  # nothing is written: the claim stays as the snapshot has it
+
+
+def claim_choices(choice: NodeChoice) -> dict[str, Any]:
+    """A node's allocation of the pod's ResourceClaims as explain shows it: per claim its
+    devices and, where they are GPUs of the node's topology chosen by NVLink bandwidth, the
+    GPU indices and the set's ring bandwidth."""
+    out: dict[str, Any] = {}
+    for key, result in zip(choice.claims, choice.results, strict=True):
+        ids = [d.id for d in result.devices]
+        entry: dict[str, Any] = {"devices": [str(i) for i in ids]}
+        for preference in choice.preferences:
+            if set(preference.devices) <= set(ids):
+                entry["gpus"] = sorted(preference.selection.gpus)
+                entry["busbw"] = preference.selection.busbw
+                break
+        out[key] = entry
+    return out
+
 
 def node_verdicts(
     cache: Cache,
     result: ScheduleResult,
     allocate: Callable[[int], Allocation | None] | None = None,
+    state: CycleState | None = None,
 ) -> dict[str, Any]:
     """Every live node's verdict for one decision: feasible with its scores (and the GPU set
-    the pod would get there, when `allocate` is given), or the reasons it was rejected."""
+    the pod would get there, when `allocate` is given; the devices of its ResourceClaims,
+    from the decision's `state`), or the reasons it was rejected."""
+    choices: dict[str, NodeChoice] = state.get(NODE_CHOICES_KEY, {}) if state else {}
     snapshot = cache.snapshot
     nodes: dict[str, Any] = {}
     for slot in sorted(snapshot.live_slots(), key=lambda s: snapshot.names[s] or ""):
@@ -60,6 +87,8 @@ def node_verdicts(
                 if allocation.score is not None:
                     entry["gpuSetScore"] = allocation.score
                 entry["gpuLinks"] = _link_summary(allocation.links)
+            if name in choices:
+                entry["claims"] = claim_choices(choices[name])
         else:
             entry = {
                 "feasible": False,
@@ -95,7 +124,10 @@ class _NodeReport(CycleHooks):
         self.result = result
         snapshot = self.cache.snapshot
         self.nodes = node_verdicts(
-            self.cache, result, lambda slot: self.framework.allocate(state, pod, snapshot, slot)
+            self.cache,
+            result,
+            lambda slot: self.framework.allocate(state, pod, snapshot, slot),
+            state,
         )
 
 
@@ -192,7 +224,10 @@ def dry_run(
             if result is not None:
                 snapshot = cache.snapshot
                 nodes = node_verdicts(
-                    cache, result, lambda slot: framework.allocate(state, pod, snapshot, slot)
+                    cache,
+                    result,
+                    lambda slot: framework.allocate(state, pod, snapshot, slot),
+                    state,
                 )
     notes += [
         f"node {name}: GPU topology ignored (count-only): {entry['gpuTopologyProblem']}"

@@ -29,6 +29,10 @@ def document(run: DryRun) -> dict[str, Any]:
     if result is not None and result.allocation is not None:
         out["gpus"] = list(result.allocation.gpus)
         out["busbw"] = result.allocation.busbw
+    if result is not None and result.node is not None:
+        claims = (run.nodes.get(result.node) or {}).get("claims")
+        if claims:
+            out["claims"] = claims
     out["preemption"] = _preemption_part(run.plan)
     out["nodes"] = run.nodes
     if run.notes:
@@ -131,6 +135,16 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
                     detail += f" set score {entry['gpuSetScore']}"
                 if entry.get("gpuLinks"):
                     detail += f" ({entry['gpuLinks']})"
+            for claim, chosen in (entry.get("claims") or {}).items():
+                detail += "; " if detail else ""
+                detail += f"claim {claim}: " + ",".join(
+                    d.rsplit("/", 1)[-1] for d in chosen["devices"]
+                )
+                if chosen.get("gpus"):
+                    detail += f" (gpus {','.join(map(str, chosen['gpus']))}"
+                    if chosen.get("busbw") is not None:
+                        detail += f" busbw {chosen['busbw']:g} GB/s"
+                    detail += ")"
             cells = [str(entry["scores"].get(p, "-")) for p in plugins]
             table.add_row(mark, name, *cells, str(entry["total"]), detail)
         else:

@@ -35,6 +35,8 @@ from typing import Any
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config, load_config
 from scheduler.core.cycle import CycleHooks, Scheduler, drive
+from scheduler.core.dra.state import write_claim_in_memory
+from scheduler.core.dra.types import AllocationResult, ResourceClaim
 from scheduler.core.framework import (
     BindOutcome,
     BindResult,
@@ -637,6 +639,13 @@ class _ClusterBinder:
     async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
         self.sim._bind(pod, node, gpus)
         return BindResult(BindOutcome.BOUND)
+
+    async def write_claim_status(
+        self, claim: ResourceClaim, allocation: AllocationResult | None, pod: PodInfo
+    ) -> ResourceClaim | None:
+        """The in-memory API's claim status write (`ClaimStatusWriter`)."""
+        dra = self.sim.cache.snapshot.storage.dra
+        return write_claim_in_memory(dra, claim, allocation, pod.name, pod.uid)
 
 
 class _Observer(CycleHooks):

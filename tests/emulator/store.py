@@ -71,7 +71,15 @@ RESOURCES: tuple[Resource, ...] = (
 # scheduler-plugins' PodGroup CRD and Kubernetes' own PodGroup (GenericWorkload gate).
 X_PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
 K8S_PODGROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
-OPTIONAL_RESOURCES: tuple[Resource, ...] = (X_PODGROUPS, K8S_PODGROUPS)
+# resource.k8s.io/v1 (DRA), served when a test says so
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+RESOURCE_CLAIMS_V1 = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+CLAIM_TEMPLATES = Resource(
+    "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True
+)
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+DRA_RESOURCES = (DEVICE_CLASSES, RESOURCE_CLAIMS_V1, CLAIM_TEMPLATES, RESOURCE_SLICES)
+OPTIONAL_RESOURCES: tuple[Resource, ...] = (X_PODGROUPS, K8S_PODGROUPS, *DRA_RESOURCES)
 
 
 class ApiError(Exception):

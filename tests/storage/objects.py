@@ -156,7 +156,12 @@ def capacity(
 
 
 def resource_claim(
-    name: str, *, allocated: bool, reserved_for: str = "", node: str | None = None
+    name: str,
+    *,
+    allocated: bool,
+    reserved_for: str = "",
+    node: str | None = None,
+    owner: str | None = None,
 ) -> Obj:
     status: Obj = {}
     if allocated:
@@ -173,7 +178,16 @@ def resource_claim(
     return {
         "apiVersion": "resource.k8s.io/v1beta1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner, "controller": True}
+            ]
+            if owner
+            else [],
+        },
         "spec": {"devices": {"requests": []}},
         "status": status,
     }

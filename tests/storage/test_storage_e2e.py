@@ -289,7 +289,7 @@ def test_resource_claims_read_only_where_served(emulator: Emulator, served: bool
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
-        await _condition_says(emulator, "default/dra", "does not allocate ResourceClaims")
+        await _condition_says(emulator, "default/dra", '"rc" not found')
         assert rep.sched is not None
         claims = next(r for r in rep.sched.storage_watches.reflectors if r.name == "resourceclaims")
         assert claims.synced.is_set() and claims.unserved is not served
@@ -309,11 +309,14 @@ def test_claim_from_a_template_allocated_elsewhere_lets_the_pod_bind(emulator: E
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
         await wait_for(
-            lambda: "is not created yet" in _condition(emulator, "default/dra").get("message", ""),
+            lambda: "ResourceClaim not created yet"
+            in _condition(emulator, "default/dra").get("message", ""),
             what="template claim refused",
         )
         # the claim controller creates the claim, a DRA driver allocates it on n1 for the pod
-        claim = resource_claim("dra-gpu-1", allocated=True, reserved_for=uid, node="n1")
+        claim = resource_claim(
+            "dra-gpu-1", allocated=True, reserved_for=uid, node="n1", owner=uid
+        )
         emulator.create(RESOURCE_CLAIMS, claim, "default")
         status = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "dra-gpu-1"}]}
         store = emulator.server.store  # the claim controller writes pods/status

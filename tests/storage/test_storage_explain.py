@@ -58,8 +58,8 @@ def test_explain_gives_volume_binding_reasons_and_writes_nothing(tmp_path: Path)
     assert storage.volumes["local-b"].claim_ref is None
 
 
-def test_explain_cli_refuses_unallocated_resource_claims(tmp_path: Path) -> None:
-    spec = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "rc"}]}
+def test_explain_cli_reports_a_missing_resource_claim(tmp_path: Path) -> None:
+    spec = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "missing"}]}
     out = subprocess.run(
         [
             sys.executable,
@@ -81,9 +81,8 @@ def test_explain_cli_refuses_unallocated_resource_claims(tmp_path: Path) -> None
     doc = json.loads(out.stdout)
     assert doc["node"] is None
     assert doc["message"] == (
-        '0/2 nodes are available: ResourceClaim "rc" of the pod is not allocated and reserved '
-        "for it: topo-scheduler does not allocate ResourceClaims. preemption: 0/2 nodes are "
-        "available: 2 Preemption is not helpful for scheduling."
+        '0/2 nodes are available: resourceclaim.resource.k8s.io "missing" not found. '
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 

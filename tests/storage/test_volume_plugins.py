@@ -1000,22 +1000,19 @@ def _dra_pod(uid: str = "uid-p") -> Obj:
 @pytest.mark.parametrize(
     ("claim", "want"),
     [
-        (None, "not allocated"),
-        (resource_claim("rc", allocated=False), "not allocated"),
-        (resource_claim("rc", allocated=True, reserved_for="someone-else"), "not allocated"),
+        (None, "missing"),
+        (resource_claim("rc", allocated=False), None),  # no requests: allocated empty
+        (resource_claim("rc", allocated=True, reserved_for="someone-else"), None),  # shared
         (resource_claim("rc", allocated=True, reserved_for="uid-p"), None),
         (resource_claim("rc", allocated=True, reserved_for="uid-p", node="node-b"), "node-b only"),
     ],
 )
-def test_dra_claims_are_never_allocated_by_us(claim: Obj | None, want: str | None) -> None:
+def test_dra_claims_as_kube_reads_them(claim: Obj | None, want: str | None) -> None:
     nodes = [node("node-a"), node("node-b")]
     cache = cluster(nodes, [claim] if claim else [])
     result, reasons = decide(cache, _dra_pod())
-    if want == "not allocated":
-        message = (
-            'ResourceClaim "rc" of the pod is not allocated and reserved for it: '
-            "topo-scheduler does not allocate ResourceClaims"
-        )
+    if want == "missing":
+        message = 'resourceclaim.resource.k8s.io "rc" not found'
         assert result.node is None and result.message == f"0/2 nodes are available: {message}."
     elif want == "node-b only":
         assert reasons == {"node-a": ["resourceclaim not available on the node"], "node-b": []}
@@ -1031,12 +1028,19 @@ def test_dra_claim_from_a_template_not_created_yet() -> None:
         spec={"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
     )
     result, _ = decide(cluster([node("a")], []), p)
-    assert (
-        result.message is not None
-        and "topo-scheduler does not allocate ResourceClaims" in result.message
+    assert result.message == (
+        '0/1 nodes are available: pod "default/p": ResourceClaim not created yet.'
     )
     p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
     claim = resource_claim("p-gpu-x", allocated=True, reserved_for="uid-default-p")
+    result, _ = decide(cluster([node("a")], [claim]), p)
+    assert result.message == (
+        "0/1 nodes are available: ResourceClaim default/p-gpu-x was not created for pod "
+        "default/p (pod is not owner)."
+    )
+    claim = resource_claim(
+        "p-gpu-x", allocated=True, reserved_for="uid-default-p", owner="uid-default-p"
+    )
     result, _ = decide(cluster([node("a")], [claim]), p)
     assert result.node == "a"
 
@@ -1124,7 +1128,10 @@ def test_status_codes_per_reason_match_kube() -> None:
         R_LIMIT: UNSCHEDULABLE,
         "PersistentVolumeClaim had no name": ERROR,
     }
-    assert dynamic_resources.CODES == {"resourceclaim not available on the node": UNRESOLVABLE}
+    assert dynamic_resources.CODES == {
+        "resourceclaim not available on the node": UNRESOLVABLE,
+        "cannot allocate all claims": UNRESOLVABLE,
+    }
 
 
 @pytest.mark.parametrize(

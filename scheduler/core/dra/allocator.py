@@ -27,7 +27,7 @@ device, ...); `AllocationError.on_node` marks the error kube reports only for th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -47,7 +47,7 @@ from scheduler.core.dra.types import (
     ResourceSlice,
     Selector,
 )
-from scheduler.core.model import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
+from scheduler.core.selectors import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 from scheduler.core.topology.schema import Topology
 from scheduler.core.topology.select import GpuSelector
 
@@ -343,9 +343,13 @@ class Allocator:
         features: Features = Features(),
         cel: CelCache | None = None,
         gpu_selector: GpuSelector | None = None,
+        slices_for: Callable[[str], Sequence[ResourceSlice]] | None = None,
     ) -> None:
+        """`slices_for(node name)`: the slices that may reach a node, whole pools (an index
+        the cache keeps); without it every call looks at `slices`."""
         self.classes = classes
         self.slices = slices
+        self.slices_for = slices_for
         self.allocated = allocated
         self.features = features
         self.cel = cel if cel is not None else CelCache()
@@ -401,7 +405,10 @@ class _Run:
     # -- setup ---------------------------------------------------------------------------
 
     def allocate(self) -> list[AllocationResult] | None:
-        self.pools = gather_pools(self.a.slices, self.node, self.features)
+        slices = (
+            self.a.slices_for(self.node.name) if self.a.slices_for is not None else self.a.slices
+        )
+        self.pools = gather_pools(slices, self.node, self.features)
         self.candidates = [
             _Candidate(DeviceID(p.driver, p.name, d.name), d, s, p)
             for p in self.pools

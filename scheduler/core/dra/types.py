@@ -17,8 +17,8 @@ from fractions import Fraction
 from typing import Any
 
 from scheduler.core.decode import Fields
-from scheduler.core.model import NodeSelector, object_identity, parse_node_selector
 from scheduler.core.quantity import QuantityError, parse_quantity
+from scheduler.core.selectors import NodeSelector, parse_node_selector
 
 __all__ = [
     "ALLOCATION_MODE_ALL",
@@ -46,6 +46,14 @@ __all__ = [
 
 ALLOCATION_MODE_EXACT_COUNT = "ExactCount"
 ALLOCATION_MODE_ALL = "All"
+
+
+def _object_identity(obj: Any, kind: str, *, namespaced: bool) -> Any:
+    """model.object_identity, imported when first used (the model imports the storage
+    state, which holds these values)."""
+    from scheduler.core.model import object_identity
+
+    return object_identity(obj, kind, namespaced=namespaced)
 
 
 # ---------------------------------------------------------------------------- small values
@@ -173,7 +181,7 @@ class ResourceSlice:
 
     @classmethod
     def from_object(cls, obj: Any) -> ResourceSlice:
-        where, _meta, name, _ns = object_identity(obj, "ResourceSlice", namespaced=False)
+        where, _meta, name, _ns = _object_identity(obj, "ResourceSlice", namespaced=False)
         spec = where.mapping(obj.get("spec"), "spec", required=True)
         pool = where.mapping(spec.get("pool"), "spec.pool", required=True)
         devices = tuple(
@@ -334,7 +342,7 @@ class ResourceClaim:
 
     @classmethod
     def from_object(cls, obj: Any) -> ResourceClaim:
-        where, meta, name, namespace = object_identity(obj, "ResourceClaim", namespaced=True)
+        where, meta, name, namespace = _object_identity(obj, "ResourceClaim", namespaced=True)
         spec = where.mapping(obj.get("spec"), "spec")
         requests, constraints, config = _claim_spec(where, spec, "spec")
         status = where.mapping(obj.get("status"), "status")
@@ -379,7 +387,7 @@ class ResourceClaimTemplate:
 
     @classmethod
     def from_object(cls, obj: Any) -> ResourceClaimTemplate:
-        where, _meta, name, namespace = object_identity(
+        where, _meta, name, namespace = _object_identity(
             obj, "ResourceClaimTemplate", namespaced=True
         )
         spec = where.mapping(obj.get("spec"), "spec", required=True)
@@ -409,7 +417,7 @@ class DeviceClass:
 
     @classmethod
     def from_object(cls, obj: Any) -> DeviceClass:
-        where, _meta, name, _ns = object_identity(obj, "DeviceClass", namespaced=False)
+        where, _meta, name, _ns = _object_identity(obj, "DeviceClass", namespaced=False)
         spec = where.mapping(obj.get("spec"), "spec")
         config = tuple(
             where.mapping(c, f"spec.config[{i}]")
