@@ -1,4 +1,4 @@
-"""CapacityScheduling (PreFilter, PostFilter, Reserve): ElasticQuotas as scheduler-plugins'
+"""CapacityScheduling (PreFilter, Reserve): ElasticQuotas as scheduler-plugins'
 plugin of that name enforces them (`docs/quotas.md`).
 
 Without any ElasticQuota in the cluster every point is a no-op. With them:
@@ -11,17 +11,19 @@ Without any ElasticQuota in the cluster every point is a no-op. With them:
   than min``). Such a rejection is one eviction may cure: PostFilter looks at every node.
 - **Reserve / Unreserve** count the pod in its namespace's usage and take it out (the cache
   counts it from the moment it is assumed; both are idempotent by pod key).
-- **PostFilter** reclaims through the one preemption (`scheduler.core.preemption`, the
-  `VictimPolicy` this plugin writes in the cycle state at PreFilter): a pod whose namespace
+- **Reclaim** is DefaultPreemption's PostFilter, the one preemption
+  (`scheduler.core.preemption`), with the `VictimPolicy` this plugin writes in the cycle
+  state at PreFilter: a pod whose namespace
   stays within its min with the pod may evict pods of other namespaces that are above their
   min (borrowers), whatever their priority, least important first and only while their
   namespace is still above its min; a pod whose namespace goes above its min evicts only pods
   of its own namespace of lower priority; a pod of a namespace without a quota evicts only
   lower-priority pods of namespaces without one. The quota must hold once the victims are
   gone (``global quota max exceeded`` otherwise), and victims are reprieved, most important
-  first, while the pod still fits and the quota holds. DefaultPreemption applies the same
-  policy when both are enabled; this plugin's PostFilter acts only when DefaultPreemption is
-  not in the profile (scheduler-plugins' own configuration disables it).
+  first, while the pod still fits and the quota holds. This plugin has no PostFilter of its
+  own (scheduler-plugins' configuration puts CapacityScheduling at postFilter in place of
+  DefaultPreemption; here DefaultPreemption stays and applies the policy, and a profile
+  without DefaultPreemption preempts nothing, as before).
 
 Args: none (scheduler-plugins' `kubeConfigPath` is not needed: objects come from the cache).
 """
@@ -32,16 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from plugins import default_preemption
 from scheduler.core.config import strict_mapping
-from scheduler.core.framework import (
-    CycleState,
-    PostFilterResult,
-    PreFilterResult,
-    ScheduleResult,
-)
+from scheduler.core.framework import CycleState, PreFilterResult
 from scheduler.core.model import PodInfo
-from scheduler.core.preemption import CONTEXT_KEY, VICTIM_POLICY_KEY, PreemptionContext
+from scheduler.core.preemption import VICTIM_POLICY_KEY
 from scheduler.core.quota import (
     QuotaInfo,
     QuotaState,
@@ -219,16 +215,6 @@ class CapacityScheduling:
         quotas: QuotaState | None = state.get(QUOTAS_KEY)
         if quotas is not None:
             quotas.remove_pod(pod)
-
-    def post_filter(
-        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, result: ScheduleResult
-    ) -> PostFilterResult | None:
-        context: PreemptionContext | None = state.get(CONTEXT_KEY)
-        if context is None:
-            return None
-        if any(p.name == default_preemption.NAME for p in context.framework.post_filters):
-            return None  # DefaultPreemption applies the same policy
-        return default_preemption.DefaultPreemption().post_filter(state, pod, snapshot, result)
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> CapacityScheduling:
