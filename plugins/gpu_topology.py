@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from plugins._args import string_list
-from scheduler.core.config import ConfigError, strict_mapping
+from scheduler.core.config import ConfigError, SchedulerConfiguration, strict_mapping
 from scheduler.core.framework import (
     SKIP,
     Allocation,
@@ -45,10 +45,12 @@ from scheduler.core.framework import (
     ReasonMasks,
 )
 from scheduler.core.model import PodInfo
+from scheduler.core.network import DEFAULT_NIC_GBPS, NetworkBandwidth, NodeLinks
 from scheduler.core.quantity import is_extended_resource
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 from scheduler.core.topology.bandwidth import (
     DEFAULT_BANDWIDTH,
+    MAX_GBPS,
     LinkBandwidth,
     bandwidth_matrix,
     ring_busbw,
@@ -89,21 +91,35 @@ def reason_for(placement: Placement, count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GPUTopologyArgs:
-    """Plugin args: the GPU resource name, the pair-score table, the link bandwidths and the
-    network topology levels (node label keys, widest first) that pod groups are placed in."""
+    """Plugin args: the GPU resource name, the pair-score table, the link bandwidths, the
+    network topology levels (node label keys, widest first) that pod groups are placed in, and
+    the network's bandwidths the group cycle prices their placements with (None: not given,
+    the defaults)."""
 
     resource_name: str = DEFAULT_RESOURCE
     pair_scores: PairScoreTable = DEFAULT_TABLE
     link_bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH
     topology_levels: tuple[str, ...] = ()
+    network_bandwidth: NetworkBandwidth | None = None
+
+    @property
+    def network(self) -> NetworkBandwidth:
+        """The network figures for the group cycle (defaults when not given), with this
+        profile's GPU link bandwidths."""
+        network = self.network_bandwidth or NetworkBandwidth()
+        return NetworkBandwidth(
+            network.default, network.core_gbps, network.nodes, self.link_bandwidth
+        )
 
 
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...}),
     `linkBandwidth` (GB/s: {nvlink,board,pix,pxb,phb,node,sys}), `topologyLevels` ([node label
-    key, ...], widest first)."""
+    key, ...], widest first), `networkBandwidth` ({node, levels: {key: GB/s}, core})."""
     data = strict_mapping(
-        raw, path, {"resourceName", "pairScores", "linkBandwidth", "topologyLevels"}
+        raw,
+        path,
+        {"resourceName", "pairScores", "linkBandwidth", "topologyLevels", "networkBandwidth"},
     )
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
@@ -118,9 +134,57 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
         bandwidth = LinkBandwidth.from_args(data.get("linkBandwidth"), path=f"{path}.linkBandwidth")
     except TopologyError as exc:
         raise ConfigError(str(exc)) from None
-    return GPUTopologyArgs(
-        resource, table, bandwidth, topology_levels(data.get("topologyLevels"), path)
-    )
+    levels = topology_levels(data.get("topologyLevels"), path)
+    network = None
+    if data.get("networkBandwidth") is not None:
+        network = network_bandwidth_args(data["networkBandwidth"], f"{path}.networkBandwidth")
+    return GPUTopologyArgs(resource, table, bandwidth, levels, network)
+
+
+def _gbps(value: Any, path: str) -> float:
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if not valid or not 0 < value <= MAX_GBPS:
+        raise ConfigError(
+            f"{path}: must be a number > 0 (GB/s) and at most {MAX_GBPS:,}, got {value!r}"
+        )
+    return float(value)
+
+
+def network_bandwidth_args(raw: Any, path: str) -> NetworkBandwidth:
+    """`networkBandwidth`: `node` (a node's NICs together, GB/s per direction; default 50),
+    `levels` ({node label key: GB/s per GPU across the domains of that level}; a level not
+    named is non-blocking), `core` (GB/s per GPU between nodes sharing no domain; default no
+    limit beyond the levels')."""
+    data = strict_mapping(raw, path, {"node", "levels", "core"})
+    node = DEFAULT_NIC_GBPS
+    if data.get("node") is not None:
+        node = _gbps(data["node"], f"{path}.node")
+    levels: dict[str, float] = {}
+    raw_levels = data.get("levels")
+    if raw_levels is not None:
+        if not isinstance(raw_levels, Mapping):
+            raise ConfigError(f"{path}.levels: must be a mapping of node label key to GB/s")
+        for key, value in raw_levels.items():
+            if not isinstance(key, str) or not key.strip() or any(c.isspace() for c in key):
+                raise ConfigError(f"{path}.levels: must be keyed by node label keys, got {key!r}")
+            levels[key] = _gbps(value, f"{path}.levels.{key}")
+    core = _gbps(data["core"], f"{path}.core") if data.get("core") is not None else None
+    return NetworkBandwidth(NodeLinks(node, levels), core)
+
+
+def network_bandwidth(config: SchedulerConfiguration) -> tuple[NetworkBandwidth, bool]:
+    """The network figures the group cycle prices placements with: those of the first profile
+    that declares `networkBandwidth` (with that profile's link bandwidths), and whether one
+    does; else the defaults with the first profile's link bandwidths (profiles share the
+    group cycle, as they share `topologyLevels`)."""
+    found: GPUTopologyArgs | None = None
+    for profile in config.profiles:
+        path = profile.args_path.get(NAME, "")
+        args = parse_args(profile.plugin_args.get(NAME), path)
+        if args.network_bandwidth is not None:
+            return args.network, True
+        found = found or args
+    return (found.network if found is not None else NetworkBandwidth()), False
 
 
 def topology_levels(raw: Any, path: str) -> tuple[str, ...]:
@@ -493,6 +557,7 @@ __all__: list[str] = [
     "NAME",
     "GPUTopology",
     "GPUTopologyArgs",
+    "network_bandwidth",
     "new",
     "parse_args",
     "reference_best",

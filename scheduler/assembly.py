@@ -4,7 +4,8 @@
 From the configuration, the profiles, the binder, the hooks and the clock, `assemble` builds
 the cache (GPUTopology's resource), the queue (the QueueSort order, the configuration's pod
 backoff), the cycle with its nominator, and the group algorithm (the GPUTopology
-`topologyLevels` its domains are walked in), so that backoff, sort order, topology levels and
+`topologyLevels` its domains are walked in, and the `networkBandwidth` it prices placements
+with), so that backoff, sort order, topology levels and
 preemption are wired in one place. Front ends differ only in what they pass in.
 """
 
@@ -15,12 +16,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from plugins import frameworks_for, gpu_resource, topology_levels
+from plugins.gpu_topology import network_bandwidth
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config
 from scheduler.core.cycle import CycleHooks, Scheduler, queue_order
 from scheduler.core.framework import Binder, Framework
 from scheduler.core.group import GroupCycle, GroupOutcome
 from scheduler.core.model import PodInfo
+from scheduler.core.network import NetworkBandwidth
 from scheduler.core.nominator import Nominator
 from scheduler.core.queue import SchedulingQueue
 
@@ -67,6 +70,7 @@ def assemble(
     cache: Cache | None = None,
     groups: bool = True,
     levels: tuple[str, ...] | None = None,
+    network: NetworkBandwidth | None = None,
     observer: Callable[[GroupOutcome], None] | None = None,
     nominator: Nominator | None = None,
     initial_backoff: float | None = None,
@@ -78,7 +82,8 @@ def assemble(
     profiles when already built (else built from the configuration with the shipped
     plugins); `clock`: the queue's (backoff, timeouts; the group algorithm reads it through
     the cycle); `cache`: one already filled (explain's snapshot); `groups`: whether pod groups
-    are placed whole, in the `levels` given or the configuration's `topologyLevels`."""
+    are placed whole, in the `levels` given or the configuration's `topologyLevels`, priced
+    with the `network` figures given or the configuration's `networkBandwidth`."""
     config = config if config is not None else default_config()
     profiles = dict(frameworks) if frameworks is not None else frameworks_for(config)
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(
@@ -92,7 +97,9 @@ def assemble(
     group_cycle = None
     if groups:
         group_cycle = GroupCycle(
-            levels if levels is not None else topology_levels(config), observer=observer
+            levels if levels is not None else topology_levels(config),
+            observer=observer,
+            network=network if network is not None else network_bandwidth(config)[0],
         )
         cycle.groups = group_cycle
     return Assembly(config, profiles, cache, queue, cycle, group_cycle)

@@ -12,7 +12,10 @@ Three sources name a group, all read into one `GroupSpec`:
   `topo-scheduler.io/min-member: N`.
 
 Either form may ask for a network domain with `topo-scheduler.io/topology-required` or
-`topo-scheduler.io/topology-preferred: <node label key>` (on the PodGroup or on its pods).
+`topo-scheduler.io/topology-preferred: <node label key>` (on the PodGroup or on its pods). With
+topology levels configured, a group asking for neither is placed as if it preferred the
+narrowest level; `topo-scheduler.io/topology-anywhere: "true"` opts out (placed across the
+cluster, each member on its best node).
 
 The group cycle (`GroupCycle.schedule`), run when any member is popped:
 
@@ -36,19 +39,32 @@ its members wait with the reason, never placed on a stale copy (`GroupCycle.set_
 When a PodGroup changes, becomes unreadable or is deleted, `GroupCycle.reconcile` retries its
 pending members under what the group now is and reports its bound ones.
 
-A domain: for a required level, the group goes to one domain of it or nowhere; for a preferred
-one, to the narrowest level that has a domain holding every pending member, walking up to the
-widest and to the whole cluster. Among the domains of that level that hold the group, the one
-with the least free room in the group's own terms wins (bin packing), ties to the best total
-score; the choice is explained (`GroupOutcome.domain_note`).
+A domain: for a required level, the group goes to one domain of it or nowhere; otherwise the
+candidates are the domains of every level that hold all pending members by their free room,
+and the whole cluster. Candidates are placed in turn (each try assumed, priced, reverted) and
+compared in one order:
+
+1. (a required level) the members placed: all pending ones first;
+2. the modelled all-reduce time of the whole group on that placement (`scheduler.core.network`:
+   each node's GPU set, the network levels crossed), shorter first;
+3. the narrower level first (a leaf before a spine before the whole cluster);
+4. the least free room in the group's own terms (bin packing);
+5. the best total score, then the domain's name.
+
+A candidate whose lower bound on the time (the best GPU set of its nodes' types, the fewest
+nodes, the fastest links) cannot beat the best placement found is not tried; at most
+MAX_DOMAIN_TRIES domains of one level are. The choice is explained with the modelled bus
+bandwidth of the chosen placement and of the runner-up (`GroupOutcome.domain_note`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cmp_to_key
 from typing import Any
 
 import numpy as np
@@ -77,11 +93,20 @@ from scheduler.core.model import (
     GroupRef,
     PodInfo,
 )
+from scheduler.core.network import (
+    NetworkBandwidth,
+    allreduce_factor,
+    allreduce_time,
+    bus_bandwidth,
+    crossing_gbps,
+)
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 from scheduler.core.queue import ClusterEvent, QueuedPod, Where
 from scheduler.core.topology.schema import ANNOTATION_PLACEMENT
+from scheduler.core.topology.select import GpuSelector
 
 __all__ = [
+    "ANNOTATION_TOPOLOGY_ANYWHERE",
     "Blocked",
     "DomainFit",
     "GroupCycle",
@@ -89,12 +114,17 @@ __all__ = [
     "GroupOutcome",
     "GroupSpec",
     "Reconciled",
+    "RunnerUp",
     "kubernetes_group",
     "ordinal",
     "scheduler_plugins_group",
 ]
 
-MAX_DOMAIN_TRIES = 4  # domains of one level tried in full before the next level
+MAX_DOMAIN_TRIES = 4  # domains of one level tried in full, at most
+ANNOTATION_TOPOLOGY_ANYWHERE = "topo-scheduler.io/topology-anywhere"
+"""`"true"` on a PodGroup or its pods: no domain preference when the group asks for none (each
+member on its best node across the cluster), as without topology levels."""
+_SAME = 1e-9  # relative difference below which two modelled times are equal
 GroupId = tuple[str, str]  # (source, "namespace/name")
 
 
@@ -126,6 +156,7 @@ class GroupSpec:
     preferred: str | None = None  # node label key: the narrowest domain holding the group
     min_resources: Mapping[str, int] = field(default_factory=dict)
     uid: str = ""
+    anywhere: bool = False  # topology-anywhere: no domain preference without a request
 
     @property
     def key(self) -> str:
@@ -192,6 +223,22 @@ def _topology_annotations(where: Fields, meta: Mapping[str, Any]) -> tuple[str |
     return tuple(keys)
 
 
+def _anywhere(where: Fields, meta: Mapping[str, Any]) -> bool:
+    """`topo-scheduler.io/topology-anywhere` on a PodGroup: "true" or "false"."""
+    annotations = where.string_map(meta.get("annotations"), "metadata.annotations")
+    value = annotations.get(ANNOTATION_TOPOLOGY_ANYWHERE)
+    if value is None:
+        return False
+    if value.strip().lower() not in ("true", "false"):
+        path = f"metadata.annotations.{ANNOTATION_TOPOLOGY_ANYWHERE}"
+        raise where.fail(path, f'must be "true" or "false", got {value!r}')
+    return value.strip().lower() == "true"
+
+
+def _pod_anywhere(pod: PodInfo) -> bool:
+    return (pod.annotations.get(ANNOTATION_TOPOLOGY_ANYWHERE) or "").strip().lower() == "true"
+
+
 def scheduler_plugins_group(obj: Mapping[str, Any]) -> GroupSpec:
     """A scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`), read as scheduler-plugins
     reads it where its CRD accepts a value: `minMember: 0` is Go's zero value, the same as no
@@ -227,6 +274,7 @@ def scheduler_plugins_group(obj: Mapping[str, Any]) -> GroupSpec:
         preferred,
         resources,
         str(meta.get("uid") or ""),
+        _anywhere(where, meta),
     )
 
 
@@ -260,6 +308,7 @@ def kubernetes_group(obj: Mapping[str, Any]) -> GroupSpec:
         preferred,
         {},
         str(meta.get("uid") or ""),
+        _anywhere(where, meta),
     )
 
 
@@ -277,6 +326,37 @@ class _Attempt:
     placed: list[Placement]  # members assumed on their node (reverted when not kept)
     failed: list[tuple[int, PodInfo, ScheduleResult | None, str]]  # (position, pod, result, why)
     domain: tuple[str, str] | None = None  # (label key, value)
+    seconds: float = 0.0  # modelled all-reduce seconds per GB of the whole group
+    busbw: float | None = None  # the same as the group's effective bus bandwidth (GB/s)
+    where: frozenset[tuple[str, str, tuple[int, ...]]] = frozenset()  # (pod, node, GPUs)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerUp:
+    """The candidate placement that came second in the group cycle's order: its domain (None:
+    across the cluster) and the modelled bus bandwidth of the whole group there (GB/s)."""
+
+    domain: tuple[str, str] | None
+    busbw: float | None
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """A placement to try: one domain of a level (index and room), or the whole cluster."""
+
+    rank: int  # the level's place, narrowest first (the whole cluster last)
+    index: DomainIndex | None
+    room: Room | None
+    bound: float  # lower bound on the modelled seconds per GB
+    tried: dict[int, int] | None  # the level's record of domains tried (for explain)
+
+    @property
+    def order(self) -> tuple[int, int, int, str]:
+        """The bin-packing part of the order: narrower level, least free room, best score."""
+        room = self.room
+        if room is None:
+            return (self.rank, 0, 0, "")
+        return (self.rank, room.free, -room.score, room.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +389,7 @@ class _Walk:
 
     levels: list[tuple[DomainIndex, list[Room], dict[int, int]]] = field(default_factory=list)
     best: _Attempt | None = None  # the try the message reports, when not the final attempt
+    runner_up: RunnerUp | None = None  # the placement second in the order, when one was tried
 
     def fits(self, count: int) -> tuple[DomainFit, ...]:
         out = []
@@ -345,6 +426,10 @@ class GroupOutcome:
     # that did not fit with its per-node verdicts
     domains: tuple[DomainFit, ...] = ()
     blocked: Blocked | None = None
+    # a group placed: the modelled all-reduce bus bandwidth of the whole group (GB/s; None:
+    # nothing to reduce), and the candidate placement second in the order
+    busbw: float | None = None
+    runner_up: RunnerUp | None = None
 
 
 class GroupCycle:
@@ -356,10 +441,17 @@ class GroupCycle:
         levels: tuple[str, ...] = (),
         clock: Callable[[], float] | None = None,
         observer: Callable[[GroupOutcome], None] | None = None,
+        network: NetworkBandwidth | None = None,
     ) -> None:
         self.levels = levels
         self.clock = clock
         self.observer = observer
+        self.network = network if network is not None else NetworkBandwidth()
+        self.selector = GpuSelector(bandwidth=self.network.link_bandwidth)
+        # try every candidate that could come second too (explain's runner-up), not only
+        # those that could come first
+        self.compare_all = False
+        self._bounds: dict[tuple[str, int], float] = {}  # (topology, GPUs) -> intra bound
         self.specs: dict[GroupId, GroupSpec] = {}
         self.members: dict[GroupId, dict[str, PodInfo]] = {}
         self.started: dict[GroupId, float] = {}  # first attempt of the current wait
@@ -461,6 +553,7 @@ class GroupCycle:
         refs = [p.pod_group for p in pods if p.pod_group is not None]
         required = next((r.required for r in refs if r.required), None)
         preferred = next((r.preferred for r in refs if r.preferred), None)
+        anywhere = any(_pod_anywhere(p) for p in pods)
         if ref.source == SOURCE_ANNOTATION:
             mins = [r.min_member for r in refs if r.min_member]
             return GroupSpec(
@@ -470,6 +563,7 @@ class GroupCycle:
                 max(mins) if mins else 1,
                 required=required,
                 preferred=preferred,
+                anywhere=anywhere,
             )
         spec = self.specs.get((ref.source, ref.key))
         if spec is None:
@@ -482,6 +576,8 @@ class GroupCycle:
             return f"{kind} {ref.key} not found"
         if spec.required is None and spec.preferred is None and (required or preferred):
             spec = dataclasses.replace(spec, required=required, preferred=preferred)
+        if anywhere and not spec.anywhere:
+            spec = dataclasses.replace(spec, anywhere=True)
         return spec
 
     def retry(self, sched: PodScheduling, pod: PodInfo) -> bool:
@@ -570,7 +666,7 @@ class GroupCycle:
             decisions = self._commit(sched, attempt, share)
             if all(d.outcome == "assumed" for d in decisions):
                 return self._scheduled(
-                    sched, spec, gid, pending, placed, attempt, note, share, decisions
+                    sched, spec, gid, pending, placed, attempt, note, share, decisions, walk
                 )
             rejected = decisions[-1]
             decided.add(rejected.pod.key)
@@ -619,6 +715,7 @@ class GroupCycle:
         note: str | None,
         share: float,
         decisions: list[Decision],
+        walk: _Walk,
     ) -> list[Decision]:
         """Enough members are reserved: the ones that did not fit wait, the group is
         reported scheduled."""
@@ -632,7 +729,18 @@ class GroupCycle:
             if d.assumed is not None:
                 members[d.pod.key] = (d.assumed.node, d.assumed.gpus)
         self._report(
-            GroupOutcome(spec, members, True, False, len(placed), None, attempt.domain, note)
+            GroupOutcome(
+                spec,
+                members,
+                True,
+                False,
+                len(placed),
+                None,
+                attempt.domain,
+                note,
+                busbw=attempt.busbw,
+                runner_up=walk.runner_up,
+            )
         )
         return decisions
 
@@ -661,27 +769,26 @@ class GroupCycle:
         count message). The attempt's members are assumed in the cache. `walk` records the
         domains looked at (for a group that is not placed)."""
         asked = spec.required or spec.preferred
-        if asked is None:
-            return self._try(sched, pending, None), None, None
+        if asked is None and (spec.anywhere or not self.levels):
+            attempt = self._try(sched, pending, None)
+            self._price(sched, placed, attempt)
+            return attempt, None, None
         shapes = self._shapes(sched, pending)
+        bound = self._bounder(sched, pending, shapes)
+        snapshot = sched.cache.snapshot
         if spec.required is not None:
-            index = domain_index(sched.cache.snapshot, spec.required)
+            index = domain_index(snapshot, spec.required)
             own = self._own_domains(sched, index, placed)
             found = rooms(index, shapes)
             tried: dict[int, int] = {}
             walk.levels.append((index, found, tried))
-            candidates = [r for r in found if r.holds >= need]
+            held = [r for r in found if r.holds >= need]
             if own is not None:
-                candidates = [r for r in candidates if r.domain in own]
-            candidates.sort(key=lambda r: (r.holds < len(pending), r.free, -r.score, r.value))
-            best: _Attempt | None = None
-            for room in candidates[:MAX_DOMAIN_TRIES]:
-                attempt = self._try(sched, pending, (index, room))
-                tried[room.domain] = len(attempt.placed)
-                if len(attempt.placed) >= need:
-                    return attempt, self._note(index, room, candidates, "required"), None
-                best = _better(best, attempt)
-                self._revert(sched, attempt)
+                held = [r for r in held if r.domain in own]
+            candidates = [_Candidate(0, index, r, bound(index.mask(r.domain)), tried) for r in held]
+            chosen, partial = self._search(sched, pending, placed, candidates, need, walk)
+            if chosen is not None:
+                return chosen, self._note(chosen, candidates, "topology-required", walk), None
             level = level_name(spec.required)
             message = (
                 f"pod group {spec.key}: no {level} domain holds {need} pods of the group "
@@ -689,39 +796,261 @@ class GroupCycle:
             )
             if not index.values:  # an unknown key (a typo, or nodes not yet labelled)
                 message += f": no node has the label {spec.required}"
-            if best is not None:
-                message += f"; best try: {self._message(spec, best, len(pending), need)}"
-            walk.best = best
+            if partial is not None:
+                message += f"; best try: {self._message(spec, partial, len(pending), need)}"
+            walk.best = partial
             return _Attempt([], []), None, message
-        assert spec.preferred is not None
-        for key in walk_levels(self.levels, spec.preferred):
-            index = domain_index(sched.cache.snapshot, key)
+        keys = walk_levels(self.levels, spec.preferred or self.levels[-1])
+        candidates = []
+        for rank, key in enumerate(keys):
+            index = domain_index(snapshot, key)
             found = rooms(index, shapes)
-            walked_level: dict[int, int] = {}
-            walk.levels.append((index, found, walked_level))
-            candidates = [r for r in found if r.holds >= len(pending)]
-            candidates.sort(key=lambda r: (r.free, -r.score, r.value))
-            for room in candidates[:MAX_DOMAIN_TRIES]:
-                attempt = self._try(sched, pending, (index, room))
-                walked_level[room.domain] = len(attempt.placed)
-                if len(attempt.placed) == len(pending):
-                    return attempt, self._note(index, room, candidates, "preferred"), None
-                self._revert(sched, attempt)
-        attempt = self._try(sched, pending, None)
-        walked = ", ".join(walk_levels(self.levels, spec.preferred))
-        note = f"no domain of {walked} holds all {len(pending)} pods: placed across the cluster"
-        return attempt, note, None
+            walked: dict[int, int] = {}
+            walk.levels.append((index, found, walked))
+            for room in found:
+                if room.holds >= len(pending):
+                    mask = index.mask(room.domain)
+                    candidates.append(_Candidate(rank, index, room, bound(mask), walked))
+        domains = len(candidates)
+        candidates.append(_Candidate(len(keys), None, None, bound(None), None))
+        how = "topology-preferred" if spec.preferred else "no topology request"
+        chosen, _ = self._search(sched, pending, placed, candidates, len(pending), walk)
+        assert chosen is not None  # the whole cluster is always taken
+        if chosen.domain is not None:
+            return chosen, self._note(chosen, candidates, how, walk), None
+        note = f"placed across the cluster ({how}): "
+        if domains:
+            note += f"{domains} domain(s) hold all {len(pending)} pods, none models faster"
+        else:
+            walked_keys = ", ".join(keys)
+            note += f"no domain of {walked_keys} holds all {len(pending)} pods"
+        note += f"; modelled bus bandwidth {_gbps(chosen.busbw)}"
+        if walk.runner_up is not None:
+            note += f" (runner-up {_domain_name(walk.runner_up.domain)}: "
+            note += f"{_gbps(walk.runner_up.busbw)})"
+        return chosen, note, None
 
-    def _note(self, index: DomainIndex, room: Room, candidates: list[Room], how: str) -> str:
-        kind = " (NVLink domain)" if index.key == NVLINK_CLIQUE else ""
-        others = len(candidates) - 1
-        text = f"{index.key}={room.value}{kind}, topology-{how}: "
-        text += f"{room.free} pods of the group fit there"
-        if others:
+    def _search(
+        self,
+        sched: PodScheduling,
+        pending: list[QueuedPod[PodInfo]],
+        placed: list[PodInfo],
+        candidates: list[_Candidate],
+        need: int,
+        walk: _Walk,
+    ) -> tuple[_Attempt | None, _Attempt | None]:
+        """Try the candidates in the order of their lower bounds, skipping those that cannot
+        come first (with `compare_all`: second); the best placement by the group cycle's
+        order is left assumed. A domain's try counts when at least `need` members fit there
+        (the whole cluster's always does). Returns (the chosen attempt, the try that placed
+        most among those that did not count)."""
+        candidates.sort(key=lambda c: (c.bound, c.order))
+        results: list[tuple[tuple[int, float, tuple[int, int, int, str]], _Attempt]] = []
+        winners: dict[int, _Candidate] = {}
+        tries: dict[int, int] = {}
+        partial: _Attempt | None = None
+        last: _Attempt | None = None  # the latest try, still assumed
+        for cand in candidates:
+            bar = None
+            if results:
+                second = _second(results)
+                bar = results[0][0] if not self.compare_all else second[0] if second else None
+            if bar is not None and bar[0] == 0:
+                if cand.bound > bar[1] and not _same(cand.bound, bar[1]):
+                    break  # the rest are bounded no lower
+                if _same(cand.bound, bar[1]) and cand.order >= bar[2]:
+                    continue
+            if tries.get(cand.rank, 0) >= MAX_DOMAIN_TRIES:
+                continue
+            tries[cand.rank] = tries.get(cand.rank, 0) + 1
+            if last is not None:
+                self._revert(sched, last)
+            domain = (cand.index, cand.room) if cand.index is not None and cand.room else None
+            attempt = last = self._try(sched, pending, domain)
+            if cand.tried is not None and cand.room is not None:
+                cand.tried[cand.room.domain] = len(attempt.placed)
+            if domain is not None and len(attempt.placed) < need:
+                partial = _better(partial, attempt)
+                continue
+            self._price(sched, placed, attempt)
+            key = (len(pending) - len(attempt.placed), attempt.seconds, cand.order)
+            results.append((key, attempt))
+            winners[id(attempt)] = cand
+            results.sort(key=cmp_to_key(_compare))
+        if not results:
+            if last is not None:
+                self._revert(sched, last)
+            return None, partial
+        chosen = results[0][1]
+        runner = _second(results)
+        if runner is not None:
+            walk.runner_up = RunnerUp(runner[1].domain, runner[1].busbw)
+        if chosen is not last:
+            assert last is not None
+            self._revert(sched, last)
+            cand = winners[id(chosen)]
+            domain = (cand.index, cand.room) if cand.index is not None and cand.room else None
+            again = self._try(sched, pending, domain)
+            self._price(sched, placed, again)
+            chosen = again
+        return chosen, partial
+
+    def _price(self, sched: PodScheduling, placed: list[PodInfo], attempt: _Attempt) -> None:
+        """The modelled all-reduce time of the whole group (members bound before and those of
+        the attempt) and its bus bandwidth, into the attempt."""
+        cache = sched.cache
+        per_node: dict[str, list[int]] = {}
+        for pod in placed:
+            node, held = cache.node_of(pod.key), cache.gpus_held(pod.key) or ()
+            if node is not None and held:
+                per_node.setdefault(node, []).extend(held)
+        where = []
+        for placement in attempt.placed:
+            assumed = placement.assumed
+            if assumed is not None:
+                where.append((placement.pod.key, assumed.node, tuple(assumed.gpus)))
+            if assumed is not None and assumed.gpus:
+                per_node.setdefault(assumed.node, []).extend(assumed.gpus)
+        attempt.where = frozenset(where)
+        total = sum(len(g) for g in per_node.values())
+        if total < 2:
+            attempt.seconds, attempt.busbw = 0.0, None
+            return
+        snapshot = cache.snapshot
+        intra: list[tuple[int, float | None]] = []
+        nic: list[float] = []
+        level_gbps: list[list[float]] = []
+        domains: list[list[str | None]] = []
+        for name, gpus in per_node.items():
+            slot = snapshot.index.get(name)
+            info = snapshot.nodes[slot] if slot is not None else None
+            topology = snapshot.gpus.topology[slot] if slot is not None else None
+            busbw = None
+            if topology is not None and len(gpus) > 1:
+                busbw = self.selector.busbw(topology, tuple(sorted(set(gpus))))
+            intra.append((len(gpus), busbw))
+            links = self.network.links(name)
+            nic.append(links.nic_gbps / max(1, _node_gpus(snapshot, slot)))
+            level_gbps.append([links.level(key) for key in self.levels])
+            labels = info.labels if info is not None else {}
+            domains.append([labels.get(key) for key in self.levels])
+        gbps = math.inf
+        if len(per_node) > 1:
+            gbps, _ = crossing_gbps(nic, level_gbps, domains, self.levels, self.network.core_gbps)
+        fewest = min(len(g) for g in per_node.values())
+        attempt.seconds = allreduce_time(intra, len(per_node), fewest, gbps)
+        attempt.busbw = bus_bandwidth(total, attempt.seconds)
+
+    def _bounder(
+        self,
+        sched: PodScheduling,
+        pending: list[QueuedPod[PodInfo]],
+        shapes: list[tuple[int, Any, Any]],
+    ) -> Callable[[Any], float]:
+        """A lower bound on the modelled time of the pending members inside a mask of slots
+        (None: anywhere): the best set of their size on the slots' GPU types, plus the fewest
+        nodes that hold their GPUs over the fastest link a slot has (its NIC share, the
+        narrowest level's bandwidth)."""
+        snapshot = sched.cache.snapshot
+        n = snapshot.capacity
+        resource = snapshot.gpus.resource
+        counts = [int(qp.pod.requests.get(resource, 0)) for qp in pending]
+        largest, total = max(counts, default=0), sum(counts)
+        if total < 2:
+            return lambda mask: 0.0
+        feasible = np.zeros(n, np.bool_)
+        for _, room, _ in shapes:
+            feasible |= room[:n] > 0
+        row = snapshot.row.get(resource)
+        slots = np.flatnonzero(feasible)
+        size = np.zeros(n, np.int64)
+        fastest = np.zeros(n, np.float64)
+        for slot in slots:
+            info = snapshot.nodes[int(slot)]
+            if info is None:
+                continue
+            gpus = (
+                _node_gpus(snapshot, int(slot))
+                if row is None
+                else int(snapshot.allocatable[row, slot])
+            )
+            size[slot] = gpus
+            links = self.network.links(info.name)
+            gbps = links.nic_gbps / max(1, gpus)
+            if self.levels:
+                gbps = min(gbps, links.level(self.levels[-1]))
+            fastest[slot] = gbps
+        tids = snapshot.gpus.topology_id[:n]
+        topologies = snapshot.gpus.topologies
+
+        def bound(mask: Any) -> float:
+            inside = np.flatnonzero(feasible if mask is None else feasible & mask[:n])
+            if inside.size == 0:
+                return 0.0
+            intra = 0.0
+            if largest > 1:
+                kinds = np.unique(tids[inside])
+                if kinds.size and kinds[0] >= 0:
+                    intra = min(self._intra_bound(topologies[int(t)], largest) for t in kinds)
+            widest = int(size[inside].max())
+            inter = 0.0
+            if 0 < widest < total:
+                nodes = -(-total // widest)
+                inter = allreduce_factor(nodes) / (widest * float(fastest[inside].max()))
+            return intra + inter
+
+        return bound
+
+    def _intra_bound(self, topology: Any, gpus: int) -> float:
+        """The least `c(g) / busbw` over g >= `gpus` GPUs on an empty node of this type."""
+        key = (topology.key, gpus)
+        found = self._bounds.get(key)
+        if found is None:
+            best = math.inf
+            for g in range(gpus, topology.size + 1):
+                chosen = self.selector.best_set(topology, topology.allocatable_mask, g)
+                if chosen is not None and chosen.busbw:
+                    best = min(best, allreduce_factor(g) / chosen.busbw)
+            found = self._bounds[key] = 0.0 if math.isinf(best) else best
+        return found
+
+    def _note(self, chosen: _Attempt, candidates: list[_Candidate], how: str, walk: _Walk) -> str:
+        assert chosen.domain is not None
+        key, value = chosen.domain
+        kind = " (NVLink domain)" if key == NVLINK_CLIQUE else ""
+        free = next(
+            (
+                c.room.free
+                for c in candidates
+                if c.room is not None
+                and c.room.value == value
+                and c.index is not None
+                and c.index.key == key
+            ),
+            0,
+        )
+        same = [c for c in candidates if c.index is not None and c.index.key == key]
+        text = f"{key}={value}{kind}, {how}: {free} pods of the group fit there"
+        others = len(same) - 1
+        if others > 0:
             plural = "s" if others != 1 else ""
-            text += f", the least free room of {len(candidates)} {index.key} domains that hold it"
-            text += f" ({others} other{plural})"
-        return f"{text}; group score {room.score}"
+            text += f" ({others} other {key} domain{plural} hold it)"
+        text += f"; modelled bus bandwidth {_gbps(chosen.busbw)}"
+        if walk.runner_up is not None:
+            text += f" (runner-up {_domain_name(walk.runner_up.domain)}: "
+            text += f"{_gbps(walk.runner_up.busbw)})"
+        score = next(
+            (
+                c.room.score
+                for c in candidates
+                if c.room is not None
+                and c.room.value == value
+                and c.index is not None
+                and c.index.key == key
+            ),
+            0,
+        )
+        return f"{text}; group score {score}"
 
     def _own_domains(
         self, sched: PodScheduling, index: DomainIndex, placed: list[PodInfo]
@@ -822,6 +1151,52 @@ class GroupCycle:
         if not text.endswith("."):
             text += "."
         return text
+
+
+def _second(
+    results: list[tuple[tuple[int, float, tuple[int, int, int, str]], _Attempt]],
+) -> tuple[tuple[int, float, tuple[int, int, int, str]], _Attempt] | None:
+    """The runner-up among sorted results: the first whose members are not placed exactly as
+    the best's (a wider domain holding the chosen one may give the same placement)."""
+    first = results[0][1].where
+    return next((r for r in results[1:] if r[1].where != first), None)
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= _SAME * max(abs(a), abs(b))
+
+
+def _compare(
+    a: tuple[tuple[int, float, tuple[int, int, int, str]], _Attempt],
+    b: tuple[tuple[int, float, tuple[int, int, int, str]], _Attempt],
+) -> int:
+    """The group cycle's order of placements: fewer members left out, shorter modelled time
+    (equal within a relative 1e-9), then the bin-packing order (level, free room, score)."""
+    (missing_a, time_a, order_a), (missing_b, time_b, order_b) = a[0], b[0]
+    if missing_a != missing_b:
+        return -1 if missing_a < missing_b else 1
+    if not _same(time_a, time_b):
+        return -1 if time_a < time_b else 1
+    return (order_a > order_b) - (order_a < order_b)
+
+
+def _gbps(busbw: float | None) -> str:
+    return "none (nothing to reduce)" if busbw is None else f"{busbw:.1f} GB/s"
+
+
+def _domain_name(domain: tuple[str, str] | None) -> str:
+    return "across the cluster" if domain is None else f"{domain[0]}={domain[1]}"
+
+
+def _node_gpus(snapshot: Any, slot: int | None) -> int:
+    """The node's GPUs: its allocatable GPU resource, else its topology's GPUs."""
+    if slot is None:
+        return 0
+    row = snapshot.row.get(snapshot.gpus.resource)
+    if row is not None and int(snapshot.allocatable[row, slot]) > 0:
+        return int(snapshot.allocatable[row, slot])
+    topology = snapshot.gpus.topology[slot]
+    return topology.size if topology is not None else 0
 
 
 def _blocked(attempt: _Attempt) -> Blocked | None:

@@ -23,6 +23,7 @@ from scheduler.core.config import ConfigError
 from scheduler.core.framework import Framework
 from scheduler.core.group import GroupSpec
 from scheduler.core.model import ModelError, PodInfo
+from scheduler.core.network import NetworkBandwidth
 from scheduler.core.priority import resolve_priority
 from scheduler.core.safeload import one_line
 from scheduler.explain.dryrun import DryRunBinder, dry_run
@@ -57,20 +58,24 @@ def explain(
     pending: Iterable[PodInfo] = (),
     groups: Iterable[GroupSpec] = (),
     levels: tuple[str, ...] = (),
+    network: NetworkBandwidth | None = None,
 ) -> dict[str, Any]:
     """Run the scheduling cycle for the pod on the snapshot, binding nothing and evicting
     nothing (dry run), and build the JSON report (the stable contract). `pending`: the
     snapshot's pending pods (nominated ones hold room on their node; members of the pod's
     group are placed with it). A pod of a pod group is placed with the group's pending members
-    (the group algorithm, `groups` its PodGroup objects, `levels` the topologyLevels); the
-    report then has a `group` part."""
-    run = dry_run(cache, pod, framework, pending=pending, groups=groups, levels=levels)
+    (the group algorithm, `groups` its PodGroup objects, `levels` the topologyLevels, `network`
+    the networkBandwidth); the report then has a `group` part."""
+    run = dry_run(
+        cache, pod, framework, pending=pending, groups=groups, levels=levels, network=network
+    )
     return document(run)
 
 
 def run_explain(args: argparse.Namespace) -> int:
     """CLI entry: exit 0 whether or not the pod fits, 2 with one line for bad input."""
     from plugins import frameworks_for, gpu_resource, topology_levels
+    from plugins.gpu_topology import network_bandwidth
 
     try:
         flags = (("--snapshot", args.snapshot), ("--pod", args.pod), ("--config", args.config))
@@ -105,6 +110,7 @@ def run_explain(args: argparse.Namespace) -> int:
         pending=cluster.pending,
         groups=cluster.groups,
         levels=topology_levels(config),
+        network=network_bandwidth(config)[0],
     )
     if args.output == "json":
         print(json.dumps(out, indent=2))

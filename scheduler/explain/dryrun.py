@@ -24,6 +24,7 @@ from scheduler.core.framework import (
 )
 from scheduler.core.group import GroupOutcome, GroupSpec
 from scheduler.core.model import SOURCE_KUBERNETES, SOURCE_SCHEDULER_PLUGINS, PodInfo
+from scheduler.core.network import NetworkBandwidth
 from scheduler.core.preemption import Plan
 
 __all__ = ["DryRun", "DryRunBinder", "dry_run", "node_verdicts"]
@@ -152,11 +153,13 @@ def dry_run(
     pending: Iterable[PodInfo] = (),
     groups: Iterable[GroupSpec] = (),
     levels: tuple[str, ...] = (),
+    network: NetworkBandwidth | None = None,
 ) -> DryRun:
     """The scheduling cycle for the pod on the snapshot, binding nothing and evicting nothing.
     `pending`: the snapshot's pending pods (nominated ones hold room on their node; members of
     the pod's group are placed with it by the group algorithm, `groups` its PodGroup objects,
-    `levels` the topologyLevels). The cache is left as it was."""
+    `levels` the topologyLevels, `network` the networkBandwidth its placements are priced with;
+    the runner-up placement is tried too). The cache is left as it was."""
     ref = pod.pod_group
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
     notes = [
@@ -176,8 +179,11 @@ def dry_run(
         cache=cache,
         groups=ref is not None,
         levels=levels,
+        network=network,
         observer=outcomes.append,
     )
+    if assembly.groups is not None:
+        assembly.groups.compare_all = True  # the runner-up's bus bandwidth, for the report
     cycle, queue = assembly.cycle, assembly.queue
     waiting = [other for other in pending if other.key != pod.key]
     for other in waiting:

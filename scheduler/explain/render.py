@@ -88,6 +88,19 @@ def _group_part(outcome: GroupOutcome | None, key: str) -> dict[str, Any]:
         "domainReason": outcome.domain_note,
         "message": outcome.message,
     }
+    if outcome.scheduled and not outcome.waiting:  # the modelled all-reduce of the group
+        part["busbw"] = _round(outcome.busbw)
+        runner = outcome.runner_up
+        part["runnerUp"] = (
+            {
+                "domain": (
+                    {"key": runner.domain[0], "value": runner.domain[1]} if runner.domain else None
+                ),
+                "busbw": _round(runner.busbw),
+            }
+            if runner is not None
+            else None
+        )
     if not outcome.scheduled and outcome.domains:  # every domain looked at: members that fit
         part["domains"] = [
             {"key": d.key, "value": d.value, "fit": d.fit, "placed": d.placed}
@@ -176,6 +189,14 @@ def report(document: Mapping[str, Any], weights: Mapping[str, int]) -> str:
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
 
 
+def _round(busbw: float | None) -> float | None:
+    return None if busbw is None else round(busbw, 2)
+
+
+def _gbps(busbw: float | None) -> str:
+    return "none (nothing to reduce)" if busbw is None else f"{busbw:.1f} GB/s"
+
+
 def _group_table(group: Mapping[str, Any]) -> str:
     """The group's placement for people: one line per member."""
     lines = [f"pod group {group['name']} (minMember {group['minMember']}):"]
@@ -188,6 +209,16 @@ def _group_table(group: Mapping[str, Any]) -> str:
         lines[0] += " placed"
     if group.get("domainReason"):
         lines.append(f"  domain: {group['domainReason']}")
+    if "busbw" in group:
+        line = f"  modelled all-reduce bus bandwidth: {_gbps(group['busbw'])}"
+        runner = group.get("runnerUp")
+        if runner is not None:
+            where = runner["domain"]
+            place = f"{where['key']}={where['value']}" if where else "across the cluster"
+            line += f"; runner-up {place}: {_gbps(runner['busbw'])}"
+        else:
+            line += "; no other placement tried"
+        lines.append(line)
     for member, where in group["members"].items():
         node = where["node"] or "-"
         gpus = ",".join(map(str, where["gpus"]))

@@ -59,7 +59,7 @@ from scheduler.core.topology.schema import (
 )
 from scheduler.core.topology.scoring import mask_to_indices
 from scheduler.sim.gangs import GangTracker
-from scheduler.sim.network import NetworkModel
+from scheduler.sim.network import NetworkModel, scheduler_network
 from scheduler.sim.policies import (
     KUBE_FIRST_FREE,
     POLICIES,
@@ -213,6 +213,7 @@ class Simulation:
         preemption: bool = True,
     ) -> None:
         from plugins import frameworks_for, topology_levels
+        from plugins.gpu_topology import network_bandwidth
         from scheduler.assembly import assemble
 
         started = time.perf_counter()
@@ -245,7 +246,9 @@ class Simulation:
         self.on_decision = on_decision
         self.progress = progress
         # the one assembly (scheduler.assembly); pod groups are placed whole by the
-        # topology-aware policies only (count-only: one pod at a time, as kube)
+        # topology-aware policies only (count-only: one pod at a time, as kube), priced with
+        # the configuration's networkBandwidth, else the scenario's network
+        network, declared = network_bandwidth(self.config)
         assembly = assemble(
             self.config,
             _ClusterBinder(self),
@@ -255,6 +258,7 @@ class Simulation:
             nominator=MeteredNominator(self.meter),
             groups=policy in (TOPO, TOPO_NVIDIA_DP),
             levels=topology_levels(self.config) or scenario.network_levels,
+            network=network if declared else scheduler_network(scenario, network),
         )
         self.cache: Cache = assembly.cache
         self.queue: SchedulingQueue[PodInfo] = assembly.queue

@@ -26,9 +26,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING
 
+from scheduler.core.network import (
+    NetworkBandwidth,
+    NodeLinks,
+    allreduce_factor,
+    allreduce_time,
+    crossing_gbps,
+)
 from scheduler.core.topology.schema import Topology
 from scheduler.sim.quality import QualityModel
 from scheduler.sim.scenario import NodeTemplate, Scenario, _gpus
@@ -36,18 +42,18 @@ from scheduler.sim.scenario import NodeTemplate, Scenario, _gpus
 if TYPE_CHECKING:
     from scheduler.sim.engine import JobRecord, Simulation
 
-__all__ = ["GANG_WORKER_GPUS", "JobTime", "NetworkModel", "allreduce_factor"]
+__all__ = [
+    "GANG_WORKER_GPUS",
+    "JobTime",
+    "NetworkModel",
+    "allreduce_factor",
+    "scheduler_network",
+]
 
 GANG_WORKER_GPUS = 8
 """The worker size the fragmentation figure counts in (a node with this many GPUs free)."""
 CLUSTER = "cluster"
 """The fragmentation figure's name for the whole cluster (any nodes, no shared domain)."""
-
-
-@cache
-def allreduce_factor(n: int) -> float:
-    """Bytes through each rank's bottleneck per byte all-reduced over n ranks: 2 (n - 1) / n."""
-    return 2.0 * (n - 1) / n if n > 1 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,20 @@ class _Node:
     gpus: int
     nic_per_gpu: float
     domains: tuple[str | None, ...]  # label value per level (widest first); None: unlabelled
+
+
+def scheduler_network(scenario: Scenario, declared: NetworkBandwidth) -> NetworkBandwidth:
+    """The scenario's network as the group cycle's figures (what an operator declares in
+    GPUTopology's `networkBandwidth`): each node's NICs and level bandwidths, and the core;
+    the GPU link bandwidths of `declared` (the configuration's)."""
+    nodes: dict[str, NodeLinks] = {}
+    for template in scenario.templates:
+        links = NodeLinks(template.inter_node_gbps, dict(template.level_gbps))
+        for i in range(template.count):
+            nodes[f"{template.name}-{i}"] = links
+    return NetworkBandwidth(
+        core_gbps=scenario.core_gbps, nodes=nodes, link_bandwidth=declared.link_bandwidth
+    )
 
 
 class NetworkModel:
@@ -119,16 +139,13 @@ class NetworkModel:
         """The per-GPU bandwidth between these nodes (the slowest link crossed) and the
         narrowest level holding them all (None: none)."""
         nodes = [self.nodes[n] for n in names]
-        gbps = min(node.nic_per_gpu for node in nodes)
-        for at in range(len(self.levels) - 1, -1, -1):  # narrowest first
-            key = self.levels[at]
-            gbps = min([gbps, *(self._level_gbps(node.template, key) for node in nodes)])
-            first = nodes[0].domains[at]
-            if first is not None and all(node.domains[at] == first for node in nodes):
-                return gbps, key
-        if self.core_gbps is not None:
-            gbps = min(gbps, self.core_gbps)
-        return gbps, None
+        return crossing_gbps(
+            [node.nic_per_gpu for node in nodes],
+            [[self._level_gbps(node.template, key) for key in self.levels] for node in nodes],
+            [node.domains for node in nodes],
+            self.levels,
+            self.core_gbps,
+        )
 
     # ------------------------------------------------------------------ placements
 
@@ -138,7 +155,7 @@ class NetworkModel:
         """All-reduce seconds per GB of a job with these GPUs on these nodes, and the
         narrowest level holding its nodes; None when it cannot be priced (a node without a
         GPU topology) or there is nothing to reduce (one GPU)."""
-        intra = 0.0
+        intra: list[tuple[int, float | None]] = []
         for topology, gpus in per_node.values():
             if topology is None:
                 return None, None
@@ -146,14 +163,13 @@ class NetworkModel:
                 busbw = self.quality.busbw(topology, tuple(sorted(gpus)))
                 if not busbw:
                     return None, None
-                intra = max(intra, allreduce_factor(len(gpus)) / busbw)
+                intra.append((len(gpus), busbw))
         span = None
-        inter = 0.0
+        gbps = math.inf
         if len(per_node) > 1:
             gbps, span = self.crossing_gbps(list(per_node))
-            fewest = min(len(gpus) for _, gpus in per_node.values())
-            inter = allreduce_factor(len(per_node)) / (fewest * gbps)
-        total = intra + inter
+        fewest = min(len(gpus) for _, gpus in per_node.values())
+        total = allreduce_time(intra, len(per_node), fewest, gbps)
         return (total if total > 0 else None), span
 
     def _template_time(self, template: NodeTemplate, workers: int, gpus: int) -> float | None:
