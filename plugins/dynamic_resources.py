@@ -11,9 +11,11 @@ with the devices of a claim chosen by NVLink bandwidth where the node's GPU grap
   PreBind).
 - **Filter**: an allocated claim restricts the pod to its allocation's node selector
   (`resourceclaim not available on the node`); the allocator looks for devices for every
-  unallocated claim on each node (`cannot allocate all claims`), remembering the allocation
-  per node. An allocator error (a selector failing on a device, ...) fails the cycle, as
-  kube's Error status; an invalid pool rejects only that node.
+  unallocated claim on each node (`cannot allocate all claims`), once per kind of node:
+  nodes with the same key share its verdict (`scheduler.core.dra.verdicts`), and the
+  allocation on a node is computed when needed (Reserve, explain). An allocator error (a
+  selector failing on a device, ...) fails the cycle, as kube's Error status; an invalid
+  pool rejects only that node.
 - **Reserve** holds the node's allocation in the cache (in flight: no other pod gets those
   devices); **Unreserve** releases it.
 - **PreBind** writes, through the binder (`ClaimStatusWriter`), `status.allocation` and
@@ -51,7 +53,9 @@ from scheduler.core.dra.state import (
     ClaimWriteError,
     DraState,
     NodeChoice,
+    NodeChoices,
 )
+from scheduler.core.dra.verdicts import NodeVerdicts, VerdictCache
 from scheduler.core.framework import (
     BINDER_KEY,
     SKIP,
@@ -85,8 +89,9 @@ class _State:
     selectors: list[NodeSelector]  # of the allocated claims
     to_allocate: list[int]  # indices into claims
     allocator: Allocator | None
+    verdicts: NodeVerdicts | None
     dra: DraState
-    choices: dict[str, NodeChoice] = field(default_factory=dict)  # node -> Filter's result
+    choices: NodeChoices  # node -> the allocation on each node Filter found feasible
     allocations: dict[int, AllocationResult] = field(default_factory=dict)  # Reserve's
     pending: list[str] = field(default_factory=list)  # claim uids in flight (Reserve)
 
@@ -104,8 +109,10 @@ def _controlled_by(claim: ResourceClaim, pod: PodInfo) -> bool:
 class DynamicResources:
     name = NAME
 
-    def __init__(self) -> None:
+    def __init__(self, *, reuse_verdicts: bool = True) -> None:
         self.cel = CelCache()  # compiled selectors, for the scheduler's lifetime
+        self.verdict_cache = VerdictCache()  # per-node verdicts by key, across cycles
+        self.reuse_verdicts = reuse_verdicts  # False: the allocator runs on every node
 
     # -- PreFilter ------------------------------------------------------------------------
 
@@ -180,7 +187,7 @@ class DynamicResources:
                             unschedulable=f"request {shown}: device class {class_name} "
                             "does not exist"
                         )
-        allocator = None
+        allocator = verdicts = None
         if to_allocate:
             allocator = Allocator(
                 dra.classes,
@@ -189,11 +196,36 @@ class DynamicResources:
                 cel=self.cel,
                 gpu_selector=snapshot.gpus.selector,
                 slices_for=dra.slices_for,
+                views=dra.views,
             )
-        state.write(_STATE, _State(found, selectors, to_allocate, allocator, dra))
+            verdicts = NodeVerdicts(
+                allocator,
+                [found[i] for i in to_allocate],
+                self.verdict_cache,
+                reuse=self.reuse_verdicts,
+            )
+        choices = NodeChoices(self._allocation_for(verdicts))
+        state.write(
+            _STATE, _State(found, selectors, to_allocate, allocator, verdicts, dra, choices)
+        )
         if allocator is not None:
-            state.write(NODE_CHOICES_KEY, {})
+            state.write(NODE_CHOICES_KEY, choices)
         return None
+
+    @staticmethod
+    def _allocation_for(verdicts: NodeVerdicts | None) -> Any:
+        def compute(node: Any, topology: Any) -> NodeChoice:
+            """The allocation on a node whose verdict Filter reused."""
+            assert verdicts is not None
+            try:
+                results = verdicts.allocator.allocate(node, verdicts.claims, topology=topology)
+            except AllocationError as exc:
+                raise DraError(str(exc)) from None
+            if results is None:
+                raise DraError("claim allocation not found for node")
+            return _choice(verdicts, results, topology)
+
+        return compute
 
     # -- Filter ---------------------------------------------------------------------------
 
@@ -209,37 +241,30 @@ class DynamicResources:
                 mask = reasons[reason] = np.zeros(snapshot.capacity, np.bool_)
             mask[slot] = True
 
-        to_allocate = [st.claims[i] for i in st.to_allocate]
-        choices: dict[str, NodeChoice] = state.get(NODE_CHOICES_KEY, {})
+        verdicts = st.verdicts
         for raw_slot in np.flatnonzero(candidates):
             slot = int(raw_slot)
             node = snapshot.nodes[slot]
             if node is None:
                 continue
-            if not all(node_selector_matches(s, node.name, node.labels) for s in st.selectors):
+            if st.selectors and not all(
+                node_selector_matches(s, node.name, node.labels) for s in st.selectors
+            ):
                 reject(slot, NOT_AVAILABLE)
                 continue
-            if st.allocator is None:
+            if verdicts is None:
                 continue
             topology = snapshot.gpus.topology[slot]
             try:
-                results = st.allocator.allocate(node, to_allocate, topology=topology)
+                verdict, results = verdicts.decide(node, topology)
             except AllocationError as exc:
-                if exc.on_node:
-                    reject(slot, str(exc))
-                    continue
                 raise DraError(str(exc)) from None
-            if results is None:
-                reject(slot, CANNOT_ALLOCATE)
-                continue
-            choice = NodeChoice(
-                tuple(c.key for c in to_allocate),
-                tuple(results),
-                tuple(st.allocator.preferences),
-                topology,
-            )
-            st.choices[node.name] = choice
-            choices[node.name] = choice
+            if verdict:
+                reject(slot, verdict)
+            elif results is not None:
+                st.choices.add(node.name, _choice(verdicts, results, topology))
+            else:
+                st.choices.defer(node.name, node, topology)
         return list(reasons.items())
 
     def unresolvable(
@@ -303,6 +328,16 @@ class DynamicResources:
             if allocation is not None and dra.remove_pending(claim.uid):
                 st.pending.remove(claim.uid)
         return None
+
+
+def _choice(verdicts: NodeVerdicts, results: list[AllocationResult], topology: Any) -> NodeChoice:
+    """The allocator's last call as a NodeChoice (its NVLink choices are the last call's)."""
+    return NodeChoice(
+        tuple(c.key for c in verdicts.claims),
+        tuple(results),
+        tuple(verdicts.allocator.preferences),
+        topology,
+    )
 
 
 def new(args: Mapping[str, Any] | None, path: str) -> DynamicResources:

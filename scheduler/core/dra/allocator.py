@@ -59,6 +59,8 @@ __all__ = [
     "Allocator",
     "Features",
     "NodeLike",
+    "NodeView",
+    "NodeViews",
     "Pool",
     "gather_pools",
     "node_selector_matches",
@@ -275,6 +277,74 @@ class _Candidate:
     pool: Pool
 
 
+@dataclass(eq=False)
+class NodeView:
+    """What the allocator looks at on one node: the pools gathered for it and the candidate
+    devices in search order (complete, valid pools only), with what verdict reuse needs:
+    the candidates' ids, whether a pool is incomplete or invalid, and `plain` when only the
+    allocator itself can decide on the node (shared counters, per-device node selection,
+    node selectors of several terms). `labels`: the node's labels when the pools depend on
+    them (a slice not published by `nodeName`), else None. `derived` holds what
+    `NodeVerdicts` computed from the view, per claim shape."""
+
+    pools: list[Pool]
+    candidates: list[_Candidate]
+    ids: frozenset[DeviceID]
+    labels: Mapping[str, str] | None
+    incomplete: bool
+    invalid: bool
+    plain: bool
+    derived: dict[int, Any] = field(default_factory=dict)
+
+
+def node_view(
+    slices: Sequence[ResourceSlice], node: NodeLike, features: Features = Features()
+) -> NodeView:
+    pools = gather_pools(slices, node, features)
+    candidates = [
+        _Candidate(DeviceID(p.driver, p.name, d.name), d, s, p)
+        for p in pools
+        if not p.incomplete and not p.invalid
+        for s in p.slices
+        for d in s.devices
+    ]
+    plain = any(p.counter_sets for p in pools) or any(
+        c.slice.per_device_node_selection
+        or c.device.consumes_counters
+        or (c.slice.node_selector is not None and len(c.slice.node_selector.terms) > 1)
+        for c in candidates
+    )
+    return NodeView(
+        pools=pools,
+        candidates=candidates,
+        ids=frozenset(c.id for c in candidates),
+        labels=None if all(s.node_name for s in slices) else dict(node.labels),
+        incomplete=any(p.incomplete for p in pools),
+        invalid=any(p.invalid for p in pools),
+        plain=plain,
+    )
+
+
+class NodeViews:
+    """Node views by node name (and features), kept until the slices change (the owner
+    clears them); a view that depends on node labels is rebuilt when they change."""
+
+    def __init__(self) -> None:
+        self._views: dict[tuple[str, Features], NodeView] = {}
+
+    def get(self, node: NodeLike, features: Features) -> NodeView | None:
+        found = self._views.get((node.name, features))
+        if found is None or (found.labels is not None and found.labels != node.labels):
+            return None
+        return found
+
+    def put(self, node: NodeLike, features: Features, view: NodeView) -> None:
+        self._views[(node.name, features)] = view
+
+    def clear(self) -> None:
+        self._views.clear()
+
+
 @dataclass
 class _Chosen:
     candidate: _Candidate
@@ -344,12 +414,15 @@ class Allocator:
         cel: CelCache | None = None,
         gpu_selector: GpuSelector | None = None,
         slices_for: Callable[[str], Sequence[ResourceSlice]] | None = None,
+        views: NodeViews | None = None,
     ) -> None:
         """`slices_for(node name)`: the slices that may reach a node, whole pools (an index
-        the cache keeps); without it every call looks at `slices`."""
+        the cache keeps); without it every call looks at `slices`. `views`: node views kept
+        across calls (valid while the slices stay as they are)."""
         self.classes = classes
         self.slices = slices
         self.slices_for = slices_for
+        self.views = views
         self.allocated = allocated
         self.features = features
         self.cel = cel if cel is not None else CelCache()
@@ -366,12 +439,24 @@ class Allocator:
     ) -> list[AllocationResult] | None:
         """One AllocationResult per claim (in order), None when there is none on this node;
         AllocationError as kube's allocator errors."""
-        run = _Run(self, node, claims, topology)
+        run = _Run(self, node, claims, topology, self.view(node))
         try:
             return run.allocate()
         finally:
             self.steps = run.steps
             self.preferences = run.preferences
+
+    def view(self, node: NodeLike) -> NodeView:
+        """The node's pools and candidate devices (kept in `views` when given)."""
+        if self.views is not None:
+            found = self.views.get(node, self.features)
+            if found is not None:
+                return found
+        slices = self.slices_for(node.name) if self.slices_for is not None else self.slices
+        view = node_view(slices, node, self.features)
+        if self.views is not None:
+            self.views.put(node, self.features, view)
+        return view
 
 
 class _Run:
@@ -381,6 +466,7 @@ class _Run:
         node: NodeLike,
         claims: Sequence[ResourceClaim],
         topology: Topology | None,
+        view: NodeView,
     ) -> None:
         self.a = owner
         self.node = node
@@ -399,23 +485,12 @@ class _Run:
         self.gpus = (
             GpuMap(topology) if topology is not None and owner.gpu_selector is not None else None
         )
-        self.pools: list[Pool] = []
-        self.candidates: list[_Candidate] = []
+        self.pools: list[Pool] = view.pools
+        self.candidates: list[_Candidate] = view.candidates
 
     # -- setup ---------------------------------------------------------------------------
 
     def allocate(self) -> list[AllocationResult] | None:
-        slices = (
-            self.a.slices_for(self.node.name) if self.a.slices_for is not None else self.a.slices
-        )
-        self.pools = gather_pools(slices, self.node, self.features)
-        self.candidates = [
-            _Candidate(DeviceID(p.driver, p.name, d.name), d, s, p)
-            for p in self.pools
-            if not p.incomplete and not p.invalid
-            for s in p.slices
-            for d in s.devices
-        ]
         for ci, claim in enumerate(self.claims):
             minimum = 0
             for ri, request in enumerate(claim.requests):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -259,20 +259,62 @@ def device_input(device: Device, driver: str) -> dict[str, Any]:
 _LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'')
 
 
+_DEVICE = re.compile(r"\bdevice\b")
+_DEVICE_DRIVER = re.compile(r"\bdevice\s*\.\s*driver\b")
+_MEMO = "\x00cel"
+"""The key of a device's scratch under which its selector results are kept."""
+
+
+def _readable(device: Device, driver: str) -> bool:
+    """Whether the device's CEL input can be built (only a version attribute that is no
+    semantic version stops it)."""
+    return driver in device.scratch or not any(
+        a.kind == "version" for a in device.attributes.values()
+    )
+
+
+def reads_driver_only(expression: str) -> bool:
+    """Whether every mention of `device` in the expression is `device.driver` (then its
+    result is the same for every device of a driver whose attributes can be read)."""
+    return len(_DEVICE.findall(expression)) == len(_DEVICE_DRIVER.findall(expression))
+
+
 @dataclass(frozen=True, eq=False)
 class CompiledSelector:
-    """One compiled expression (or its compile error)."""
+    """One compiled expression (or its compile error). Results are kept: per driver for an
+    expression that reads `device.driver` only, else per device (in its scratch), so each
+    selector is evaluated once per distinct device."""
 
     expression: str
     program: Any
     error: str | None
     literals: tuple[str, ...]
+    driver_only: bool = False
+    by_driver: dict[str, bool | str] = field(default_factory=dict, repr=False)
 
     def matches(self, device: Device, driver: str) -> bool:
         """Whether the device satisfies the selector; CelError when the expression fails on
         it (kube: CEL runtime error) or does not compile."""
         if self.error is not None:
             raise CelError(self.error)
+        if self.driver_only and _readable(device, driver):
+            memo = self.by_driver
+            key: Any = driver
+        else:
+            memo = device.scratch.setdefault(_MEMO, {})
+            key = (self.expression, driver)
+        found = memo.get(key)
+        if found is None:
+            try:
+                found = self._evaluate(device, driver)
+            except CelError as exc:
+                found = str(exc)
+            memo[key] = found
+        if isinstance(found, str):
+            raise CelError(found)
+        return found
+
+    def _evaluate(self, device: Device, driver: str) -> bool:
         data = device_input(device, driver)
         attributes, capacity = data["attributes"], data["capacity"]
         if any(d not in attributes or d not in capacity for d in self.literals):
@@ -314,7 +356,9 @@ class CelCache:
             program, error = self._env.compile(expression), None
         except RuntimeError as exc:
             program, error = None, f"compilation failed: {exc}"
-        compiled = CompiledSelector(expression, program, error, literals)
+        compiled = CompiledSelector(
+            expression, program, error, literals, driver_only=reads_driver_only(expression)
+        )
         with self._lock:
             self.compiles += 1
             if len(self._compiled) >= self._max:

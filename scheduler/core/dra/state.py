@@ -15,9 +15,11 @@ On top of the API's claims, as kube-scheduler's DRA manager:
 
 `allocated_devices()` is every device held by an allocated claim (assumed or API version)
 or an in-flight allocation, except devices allocated with admin access (kube's
-ListAllAllocatedDevices); it is memoized until the claims change.
+ListAllAllocatedDevices); the devices are counted per holder as claims change, and the set
+is memoized until they do.
 
-Slices are indexed per node (`slices_for(name)`): a slice published for one node by
+Slices are indexed per node (`slices_for(name)`), and what the allocator gathers from them
+for a node (`views`) is kept until the slices change: a slice published for one node by
 `nodeName` goes to that node only; every other slice (node selector, all nodes, per-device
 selection, shared counters) is offered to every node and the allocator's `gather_pools`
 decides. Every slice of a pool touched is included, so completeness is judged on the whole
@@ -27,10 +29,11 @@ pool.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scheduler.core.dra.allocator import NodeViews
 from scheduler.core.dra.types import (
     AllocationResult,
     DeviceClass,
@@ -52,6 +55,7 @@ __all__ = [
     "ClaimWriteError",
     "DraState",
     "NodeChoice",
+    "NodeChoices",
     "claim_with_status",
     "write_claim_in_memory",
 ]
@@ -88,6 +92,45 @@ class NodeChoice:
     topology: Topology | None
 
 
+class NodeChoices(Mapping[str, NodeChoice]):
+    """Node name -> `NodeChoice` for the nodes Filter found feasible. Where Filter reused a
+    verdict the allocation is computed when first read (`compute(node, topology)`, by the
+    same allocator on the same view), so only the nodes that need it pay for it: the chosen
+    node at Reserve, and every feasible node when explain shows them."""
+
+    def __init__(self, compute: Callable[[Any, Topology | None], NodeChoice]) -> None:
+        self._compute = compute
+        self._done: dict[str, NodeChoice] = {}
+        self._todo: dict[str, tuple[Any, Topology | None]] = {}
+
+    def add(self, name: str, choice: NodeChoice) -> None:
+        self._todo.pop(name, None)
+        self._done[name] = choice
+
+    def defer(self, name: str, node: Any, topology: Topology | None) -> None:
+        if name not in self._done:
+            self._todo[name] = (node, topology)
+
+    def __getitem__(self, name: str) -> NodeChoice:
+        found = self._done.get(name)
+        if found is not None:
+            return found
+        node, topology = self._todo[name]
+        choice = self._compute(node, topology)
+        del self._todo[name]
+        self._done[name] = choice
+        return choice
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._done or name in self._todo
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._done, *self._todo])
+
+    def __len__(self) -> int:
+        return len(self._done) + len(self._todo)
+
+
 def _version(rv: str) -> int:
     return int(rv) if rv.isdigit() else 0
 
@@ -105,8 +148,12 @@ class DraState:
         self._pending: dict[str, ResourceClaim] = {}  # by claim uid: claim + its allocation
         self.generation = 0  # bumped on every change of classes, claims or slices
         self._devices: tuple[int, frozenset[DeviceID]] | None = None
+        # Devices held, counted per holder (a claim by key, an in-flight allocation by uid).
+        self._held: dict[DeviceID, int] = {}
+        self._holders: dict[tuple[str, str], tuple[DeviceID, ...]] = {}
         self._index: tuple[int, dict[str, list[ResourceSlice]], list[ResourceSlice]] | None = None
         self._slice_generation = 0
+        self.views = NodeViews()  # per node: pools and candidate devices, until slices change
 
     @property
     def empty(self) -> bool:
@@ -139,14 +186,31 @@ class DraState:
     def allocated_devices(self) -> frozenset[DeviceID]:
         if self._devices is not None and self._devices[0] == self.generation:
             return self._devices[1]
-        held: set[DeviceID] = set()
-        for claim in (*self.all_claims(), *self._pending.values()):
-            if claim.allocation is None:
-                continue
-            held.update(d.id for d in claim.allocation.devices if not d.admin_access)
-        devices = frozenset(held)
+        devices = frozenset(self._held)
         self._devices = (self.generation, devices)
         return devices
+
+    def _hold(self, holder: tuple[str, str], claim: ResourceClaim | None) -> None:
+        """Count what `claim` (None: nothing) holds for `holder`, instead of what it held."""
+        held = self._held
+        for device in self._holders.pop(holder, ()):
+            left = held[device] - 1
+            if left:
+                held[device] = left
+            else:
+                del held[device]
+        if claim is None or claim.allocation is None:
+            return
+        devices = tuple(d.id for d in claim.allocation.devices if not d.admin_access)
+        if devices:
+            self._holders[holder] = devices
+            for device in devices:
+                held[device] = held.get(device, 0) + 1
+
+    def _claim_changed(self, key: str) -> None:
+        found = self._assumed.get(key)
+        self._hold(("claim", key), found if found is not None else self.claims.get(key))
+        self._changed()
 
     def slices_for(self, node: str) -> Sequence[ResourceSlice]:
         """The slices that may reach `node`, whole pools (see the module docstring)."""
@@ -180,6 +244,7 @@ class DraState:
         self.generation += 1
         if slices:
             self._slice_generation += 1
+            self.views.clear()
 
     def set_class(self, value: DeviceClass) -> None:
         self.classes[value.name] = value
@@ -202,7 +267,7 @@ class DraState:
         ):
             del self._assumed[value.key]
         self.claims[value.key] = value
-        self._changed()
+        self._claim_changed(value.key)
 
     def add(self, value: Any) -> None:
         if isinstance(value, ResourceClaim):
@@ -221,7 +286,7 @@ class DraState:
         if kind is ResourceClaim:
             self.claims.pop(key, None)
             self._assumed.pop(key, None)
-            self._changed()
+            self._claim_changed(key)
         elif kind is ResourceSlice:
             self.slices.pop(key, None)
             self._changed(slices=True)
@@ -241,12 +306,14 @@ class DraState:
         if claim.uid in self._pending:
             raise ValueError(f"claim {claim.key} already has an allocation in flight")
         self._pending[claim.uid] = claim
+        self._hold(("pending", claim.uid), claim)
         self._changed()
 
     def remove_pending(self, uid: str) -> bool:
         """The in-flight allocation is done or dropped; whether there was one."""
         if self._pending.pop(uid, None) is None:
             return False
+        self._hold(("pending", uid), None)
         self._changed()
         return True
 
@@ -258,11 +325,11 @@ class DraState:
         ):
             return  # the watch already delivered something newer
         self._assumed[claim.key] = claim
-        self._changed()
+        self._claim_changed(claim.key)
 
     def restore_claim(self, key: str) -> None:
         if self._assumed.pop(key, None) is not None:
-            self._changed()
+            self._claim_changed(key)
 
 
 # ---------------------------------------------------------------------------- writes
