@@ -2,7 +2,9 @@
 
 Beside the simulator's in-memory binder and `explain`'s dry-run binder, this one talks to the
 API server. It gets the client, the metrics and one question to ask right before a request
-leaves (is this binding still wanted?), nothing else of the scheduler.
+leaves (is this binding still wanted?), nothing else of the scheduler. It is also the core's
+`ClaimStatusWriter`: DynamicResources' PreBind writes a ResourceClaim's allocation and
+reservation through it (`claims.write_claim_status`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any
 
 import structlog
 
+from scheduler.core.dra.types import AllocationResult, ResourceClaim
 from scheduler.core.framework import BindOutcome, BindResult
 from scheduler.core.model import PodInfo
 from scheduler.core.topology.schema import ANNOTATION_GPUS, format_gpu_indices
+from scheduler.kube import claims
 from scheduler.kube.client import Abandoned, ApiError, KubeClient
 from scheduler.kube.metrics import Metrics
 from scheduler.kube.ratelimit import Priority
@@ -60,6 +64,14 @@ class KubeBinder:
         self.metrics.bind_results.labels(result.outcome.value).inc()
         self.metrics.binding_duration.labels(result.outcome.value).observe(elapsed)
         return result
+
+    async def write_claim_status(
+        self, claim: ResourceClaim, allocation: AllocationResult | None, pod: PodInfo
+    ) -> ResourceClaim:
+        """DynamicResources' PreBind (kube's bindClaim): the finalizer, then
+        `status.allocation` (when given) and the pod in `status.reservedFor`, through the
+        status subresource, retried on a conflict (`claims.write_claim_status`)."""
+        return await claims.write_claim_status(self.client, claim, allocation, pod)
 
     async def _post(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
         def still_wanted() -> bool:

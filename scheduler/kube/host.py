@@ -3,8 +3,9 @@
 `KubeScheduler` is assembled from parts that each receive only what they use, never the
 scheduler itself: `handlers.ClusterHandlers` (watch events into the cache and the queue),
 `reporter.Reporter` and `reporter.PodGroupStatus` (Events, conditions, PodGroup status),
-`binder.KubeBinder` (pods/binding), `groups.KubeGroups` (PodGroup watches) and
-`volumes.StorageWatches` (storage watches). The last two, and the reporter, get a `Host`: the
+`binder.KubeBinder` (pods/binding, ResourceClaim status), `groups.KubeGroups` (PodGroup
+watches), `volumes.StorageWatches` (storage watches) and `dra.DraWatches` (resource.k8s.io/v1
+watches). The last three, and the reporter, get a `Host`: the
 API client, which APIs the server serves, informers built with the scheduler's watch options,
 a way to wake the scheduling loop or send unschedulable pods back to the queue, background
 tasks, and the queue's backoff.

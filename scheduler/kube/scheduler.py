@@ -5,13 +5,14 @@ with the adapter's parts and runs the scheduling loop; each part receives only w
 
 - `handlers.ClusterHandlers`: the informers (pods of every scheduler, nodes, budgets,
   namespaces, workloads) and the handlers that feed the cache and the queue;
-- `volumes.StorageWatches` and `groups.KubeGroups`: the storage and PodGroup watches;
+- `volumes.StorageWatches`, `dra.DraWatches` and `groups.KubeGroups`: the storage, DRA
+  (`resource.k8s.io/v1`, discovered) and PodGroup watches;
 - `reporter.Reporter` and `reporter.PodGroupStatus`: what the cycle reports (`CycleHooks`,
   dispatched here) written as Events, the PodScheduled condition, preemption's writes,
   nominations, PodGroup status, metrics and logs;
 - `binder.KubeBinder`: the core's `Binder` for the API server, one POST of pods/binding whose
   annotations carry the chosen GPU set (the API server copies them onto the pod in the write
-  that sets spec.nodeName).
+  that sets spec.nodeName), and its `ClaimStatusWriter` (ResourceClaim status at PreBind).
 
 The loop pops one pod and runs the core's scheduling cycle (`scheduler.core.cycle`) on the
 live snapshot: the pod is assumed in the cache (the next cycle sees its resources, ports and
@@ -42,6 +43,7 @@ from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
 from scheduler.kube.binder import KubeBinder
 from scheduler.kube.client import KubeClient
 from scheduler.kube.discovery import ServerAPIs
+from scheduler.kube.dra import DraWatches
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.groups import KubeGroups
 from scheduler.kube.handlers import POD_FIELD_SELECTOR, ClusterHandlers, waits_on_other_pods
@@ -130,11 +132,13 @@ class KubeScheduler(CycleHooks):
         self.budgets = self.handlers.budgets
         self.namespaces = self.handlers.namespaces
         self.workloads = self.handlers.workloads
-        # claims, volumes, CSI objects, ResourceClaims; the writer of VolumeBinding's PreBind
+        # claims, volumes, CSI objects; the writer of VolumeBinding's PreBind
         self.storage_watches = StorageWatches(
             self.host, self.cache.snapshot.storage, self.pods.known
         )
         self.cache.snapshot.storage.writer = self.storage_watches
+        # DeviceClasses, ResourceClaims, their templates, ResourceSlices (where served)
+        self.dra_watches = DraWatches(self.host, self.cache.snapshot.storage)
         # PodGroup discovery and watches; their status writes
         self.group_status = PodGroupStatus(self.host)
         self.groups = KubeGroups(
@@ -154,6 +158,7 @@ class KubeScheduler(CycleHooks):
             all(r.synced.is_set() for r in self.handlers.reflectors)
             and self.groups.is_synced
             and self.storage_watches.synced
+            and self.dra_watches.synced
         )
 
     @property
@@ -171,6 +176,7 @@ class KubeScheduler(CycleHooks):
         self._tasks.append(asyncio.create_task(self._pods_after_nodes(), name="pods-informer"))
         self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
         self._tasks.append(asyncio.create_task(self.storage_watches.run(), name="storage"))
+        self._tasks.append(asyncio.create_task(self.dra_watches.run(), name="dra"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
@@ -184,6 +190,7 @@ class KubeScheduler(CycleHooks):
             await reflector.synced.wait()
         await self.groups.synced()
         await self.storage_watches.wait_synced()
+        await self.dra_watches.wait_synced()
 
     async def schedule_loop(self) -> None:
         """Pop and schedule while `active`; returns when deactivated."""

@@ -1,12 +1,11 @@
 """Storage in the cluster: the watches that feed `snapshot.storage`, and VolumeBinding's writer.
 
 `StorageWatches` lists and watches PersistentVolumeClaims, PersistentVolumes, StorageClasses,
-CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments and ResourceClaims (what
-kube-scheduler's volume and DRA plugins read), parses each object once into the core's typed
-values, and moves unschedulable pods back to the queue on every change. ResourceClaims are read from
-`resource.k8s.io/v1beta1`; a cluster that does not serve it (DRA off, kube 1.33's default)
-has none: that informer is synced empty and looks again every 30 s (as every API the server
-lacks, see `informer.py`).
+CSINodes, CSIDrivers, CSIStorageCapacities and VolumeAttachments (what kube-scheduler's volume
+plugins read), parses each object once into the core's typed values, and moves unschedulable
+pods back to the queue on every change. An API the server lacks is synced empty and looked
+for again every 30 s (see `informer.py`). The `resource.k8s.io/v1` kinds (ResourceClaims and
+the rest of DRA) are watched by `dra.DraWatches`.
 
 It is also the `VolumeWriter` of the core: VolumeBinding's PreBind updates a claim (its
 `volume.kubernetes.io/selected-node` annotation) or a PV (its claimRef) with one PUT each, and
@@ -34,7 +33,6 @@ from scheduler.core.storage import (
     CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
-    ResourceClaim,
     StorageClass,
     StorageState,
     VolumeAttachment,
@@ -45,8 +43,7 @@ from scheduler.kube.informer import object_key
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
 
-RESOURCE_CLAIMS_PATH = "/apis/resource.k8s.io/v1beta1/resourceclaims"
-# (informer name, list path, kind): what kube-scheduler's storage and DRA plugins watch
+# (informer name, list path, kind): what kube-scheduler's volume plugins watch
 KINDS: tuple[tuple[str, str, Any], ...] = (
     ("persistentvolumeclaims", "/api/v1/persistentvolumeclaims", PersistentVolumeClaim),
     ("persistentvolumes", "/api/v1/persistentvolumes", PersistentVolume),
@@ -54,7 +51,6 @@ KINDS: tuple[tuple[str, str, Any], ...] = (
     ("csinodes", "/apis/storage.k8s.io/v1/csinodes", CSINode),
     ("csidrivers", "/apis/storage.k8s.io/v1/csidrivers", CSIDriver),
     ("csistoragecapacities", "/apis/storage.k8s.io/v1/csistoragecapacities", CSIStorageCapacity),
-    ("resourceclaims", RESOURCE_CLAIMS_PATH, ResourceClaim),
     ("volumeattachments", "/apis/storage.k8s.io/v1/volumeattachments", VolumeAttachment),
 )
 
@@ -64,7 +60,6 @@ WHEN_UNSERVED = {
         "VolumeBinding does not check CSI storage capacity (storage.k8s.io/v1: Kubernetes 1.24+)"
     ),
     "csidrivers": "VolumeBinding checks no CSI storage capacity (storage.k8s.io/v1: 1.18+)",
-    "resourceclaims": "pods with ResourceClaims are not schedulable (resource.k8s.io/v1beta1)",
 }
 
 

@@ -128,8 +128,7 @@ def test_apis_discovery_does_not_list_start_empty_without_a_request(
             await sched.start()
             await asyncio.wait_for(sched.wait_synced(), 10)
             assert sched.budgets.unserved
-            claims = [r for r in sched.storage_watches.reflectors if r.name == "resourceclaims"]
-            assert claims[0].unserved and claims[0].synced.is_set()
+            assert sched.dra_watches.served is False and not sched.dra_watches.reflectors
         finally:
             await sched.close()
             await client.close()
@@ -141,3 +140,4 @@ def test_apis_discovery_does_not_list_start_empty_without_a_request(
     assert emulator.request_count("GET", "/apis/storage.k8s.io/v1/csinodes") >= 1
     out = capsys.readouterr().out
     assert "preemption sees no PodDisruptionBudgets" in out
+    assert out.count("DynamicResources is off") == 1

@@ -3,8 +3,9 @@
 by default since 1.34), scheduler-plugins' and the annotation pod groups with KWOK nodes running
 the members, preemption that respects `policy/v1` PodDisruptionBudgets (the disruption
 controller of kube-controller-manager keeps their status), a WaitForFirstConsumer local volume
-bound with kube-controller-manager's PV binder, and a pod with a DRA ResourceClaim no device
-satisfies left waiting.
+bound with kube-controller-manager's PV binder, and DRA: a pod with a ResourceClaim no device
+satisfies left waiting, a claim template of 4 GPUs allocated, written and bound, and the same
+claims allocated by kube-scheduler 1.37 for comparison.
 """
 
 from __future__ import annotations
@@ -447,9 +448,137 @@ def test_a_pod_with_a_resource_claim_no_device_satisfies_waits(
     sched = start_scheduler()
     cond = _unschedulable(cluster, namespace, "claims")
     # the claim exists (resource.k8s.io/v1); no ResourceSlice offers a device of its class
-    # (until the adapter watches resource.k8s.io/v1 the claim reads as missing)
-    assert any(
-        why in cond["message"] for why in ("cannot allocate all claims", '"accel" not found')
-    ), cond
+    assert "cannot allocate all claims" in cond["message"], cond
     assert _node_of(cluster, namespace, "claims") is None
+    assert sched.stop() == 0
+
+
+# A KWOK node per test with a DGX-1 topology annotation and a ResourceSlice of 8 GPU devices
+# (NVIDIA's DRA driver's attributes: uuid, PCI bus id) listed in an order whose first four are
+# poorly connected (busbw 8 GB/s; the best four of a DGX-1 reach 25 GB/s).
+SCRAMBLED = (0, 6, 2, 5, 1, 7, 3, 4)
+
+
+@pytest.fixture
+def dra_nodes(plane: Any, cluster: Api) -> Any:
+    from tests.dra.objects import device_class, dgx1, gpu_node, gpu_slice
+    from tests.realkube.conftest import NODE_STATUS, _schedulable
+    from tests.realkube.plane import KWOK_ANNOTATION
+
+    made: list[str] = []
+    if _get(cluster, f"/apis/{DRA}/deviceclasses/gpu.nvidia.com") is None:
+        cluster.post(f"/apis/{DRA}/deviceclasses", device_class())
+
+    def make(name: str) -> str:
+        node = gpu_node(name, dgx1())
+        node["metadata"]["annotations"].update(KWOK_ANNOTATION)
+        node["status"] = NODE_STATUS["status"]
+        cluster.post("/api/v1/nodes", node)
+        made.append(name)
+        cluster.post(f"/apis/{DRA}/resourceslices",
+                     gpu_slice(name, topology=dgx1(), listed=SCRAMBLED))  # fmt: skip
+        wait_for(lambda: _schedulable(cluster, name), 60, f"{name} Ready and untainted")
+        return name
+
+    yield make
+    for name in made:
+        for path in (f"/apis/{DRA}/resourceslices/{name}-gpu.nvidia.com", f"/api/v1/nodes/{name}"):
+            try:
+                cluster.delete(path)
+            except HTTPFailure as err:
+                if err.status != 404:
+                    raise
+
+
+def _template_pod(cluster: Api, namespace: str, name: str, node: str, scheduler: str) -> None:
+    """A pod with a claim made from a template of 4 GPUs of `gpu.nvidia.com`, on `node`."""
+    if _get(cluster, f"/apis/{DRA}/namespaces/{namespace}/resourceclaimtemplates/gpus4") is None:
+        cluster.post(
+            f"/apis/{DRA}/namespaces/{namespace}/resourceclaimtemplates",
+            {
+                "apiVersion": DRA,
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "gpus4"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com", "count": 4}}]}}},
+            },
+        )  # fmt: skip
+    obj = pod(name, namespace, gpus=0, scheduler=scheduler)
+    obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus4"}]
+    obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    _create(cluster, namespace, obj)
+
+
+def _allocated_claim(cluster: Api, namespace: str, name: str, log: Any = None) -> Obj:
+    """The pod's generated claim once the pod is bound (status written before the binding)."""
+    try:
+        wait_for(lambda: _node_of(cluster, namespace, name) is not None, 60, f"{name} bound")
+    except AssertionError as exc:
+        state = _pod(cluster, namespace, name).get("status")
+        tail = log()[-4000:] if log is not None else ""
+        raise AssertionError(f"{exc}; pod status {state}; scheduler log:\n{tail}") from None
+    statuses = _pod(cluster, namespace, name)["status"].get("resourceClaimStatuses") or []
+    (entry,) = statuses
+    return cluster.get(
+        f"/apis/{DRA}/namespaces/{namespace}/resourceclaims/{entry['resourceClaimName']}"
+    )
+
+
+def _gpus(claim: Obj) -> list[int]:
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["driver"] for r in results} == {"gpu.nvidia.com"}
+    return sorted(int(r["device"].removeprefix("gpu-")) for r in results)
+
+
+def _busbw(gpus: list[int]) -> float:
+    from scheduler.core.topology.bandwidth import bandwidth_matrix, ring_busbw
+    from tests.dra.objects import dgx1
+
+    found = ring_busbw(bandwidth_matrix(dgx1()), gpus)
+    assert found is not None
+    return found
+
+
+def test_a_claim_template_for_four_gpus_is_allocated_written_and_bound(
+    cluster: Api, namespace: str, start_scheduler: Any, dra_nodes: Any
+) -> None:
+    node = dra_nodes("dra-0")
+    _template_pod(cluster, namespace, "trainer", node, "topo-scheduler")
+    sched = start_scheduler()
+    claim = _allocated_claim(cluster, namespace, "trainer", sched.log)
+    uid = _pod(cluster, namespace, "trainer")["metadata"]["uid"]
+    assert _node_of(cluster, namespace, "trainer") == node
+    # kube-controller-manager made the claim from the template; topo-scheduler allocated it
+    # (status.allocation, the finalizer) and reserved it for the pod
+    gpus = _gpus(claim)
+    assert len(gpus) == 4
+    assert {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]} == {node}
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "trainer", "uid": uid}]
+    assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+    # the NVLink choice: the best-connected four of the DGX-1, not the slice's first four
+    assert _busbw(gpus) == 25.0, gpus
+    wait_for(lambda: _running(cluster, namespace, "trainer"), 60, "trainer Running (KWOK)")
+    assert "DynamicResources: ResourceClaims allocated" in sched.log()
+    assert sched.stop() == 0
+
+
+def test_claims_allocated_as_kube_scheduler_would_with_better_connected_devices(
+    plane: Any, cluster: Api, namespace: str, start_scheduler: Any, dra_nodes: Any
+) -> None:
+    """The same claim template on two identical nodes: kube-scheduler 1.37 allocates on one,
+    topo-scheduler on the other; both find an allocation, ours is at least as well connected."""
+    ours, theirs = dra_nodes("dra-0"), dra_nodes("dra-1")
+    _template_pod(cluster, namespace, "ours", ours, "topo-scheduler")
+    _template_pod(cluster, namespace, "theirs", theirs, "default-scheduler")
+    sched = start_scheduler()
+    plane.start_scheduler()
+    try:
+        kube = _gpus(_allocated_claim(cluster, namespace, "theirs"))
+        mine = _gpus(_allocated_claim(cluster, namespace, "ours", sched.log))
+    finally:
+        plane.stop_scheduler()
+    assert len(kube) == len(mine) == 4
+    assert _busbw(mine) >= _busbw(kube), (mine, kube)
+    assert _busbw(mine) == 25.0
     assert sched.stop() == 0

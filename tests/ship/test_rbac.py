@@ -60,7 +60,7 @@ def _service_account(objs: list[dict], kind: str) -> tuple[str, str]:
 
 
 # The storage kinds: list and watch them all (informers), update only claims and volumes
-# (VolumeBinding's PreBind PUTs), read ResourceClaims; nothing else (no single-object get).
+# (VolumeBinding's PreBind PUTs); nothing else (no single-object get).
 STORAGE_PERMISSIONS = {
     *(
         (g, r, v, "")
@@ -78,7 +78,21 @@ STORAGE_PERMISSIONS = {
         )
         for v in ("list", "watch")
     ),
-    *(("resource.k8s.io", "resourceclaims", v, "") for v in ("list", "watch")),
+}
+
+# DRA (resource.k8s.io/v1): the four kinds listed and watched; a claim read again after a
+# conflict, its finalizer added (update), its status written (update of the subresource, and
+# of resourceclaims/binding, which 1.36+ checks for allocation and reservedFor)
+DRA_PERMISSIONS = {
+    *(
+        ("resource.k8s.io", r, v, "")
+        for r in ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
+        for v in ("list", "watch")
+    ),
+    ("resource.k8s.io", "resourceclaims", "get", ""),
+    ("resource.k8s.io", "resourceclaims", "update", ""),
+    ("resource.k8s.io", "resourceclaims/status", "update", ""),
+    ("resource.k8s.io", "resourceclaims/binding", "update", ""),  # 1.36+: allocation, reservedFor
 }
 
 
@@ -118,6 +132,7 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
             )
         ),
         *STORAGE_PERMISSIONS,
+        *DRA_PERMISSIONS,
         ("", "configmaps", "get", configmap),
         ("", "configmaps", "list", configmap),
         ("", "configmaps", "watch", configmap),

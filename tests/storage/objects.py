@@ -176,7 +176,7 @@ def resource_claim(
     if reserved_for:
         status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": reserved_for}]
     return {
-        "apiVersion": "resource.k8s.io/v1beta1",
+        "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {
             "name": name,

@@ -19,13 +19,13 @@ from tests.emulator import (
     PODS,
     PVCS,
     PVS,
-    RESOURCE_CLAIMS,
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
     Emulator,
     make_pod,
 )
 from tests.emulator.harness import Replica, all_bound_once, fast_settings, wait_for
+from tests.emulator.store import DRA_RESOURCES, RESOURCE_CLAIMS_V1
 
 from .objects import csi_node, pv, pvc, resource_claim, storage_class, volume_attachment
 
@@ -282,17 +282,17 @@ def test_resource_claims_read_only_where_served(emulator: Emulator, served: bool
     obj = make_pod("dra")
     obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "rc"}]
     emulator.create(PODS, obj, "default")
-    if not served:
-        emulator.fail(
-            404, 1, method="GET", path_contains="/apis/resource.k8s.io/v1beta1/resourceclaims"
-        )
+    if served:
+        emulator.serve(*DRA_RESOURCES)
 
     async def scenario() -> None:
         rep = Replica(fast_settings(emulator)).start()
         await _condition_says(emulator, "default/dra", '"rc" not found')
         assert rep.sched is not None
-        claims = next(r for r in rep.sched.storage_watches.reflectors if r.name == "resourceclaims")
-        assert claims.synced.is_set() and claims.unserved is not served
+        dra = rep.sched.dra_watches
+        assert dra.synced and dra.served is served
+        names = {r.name for r in dra.reflectors}
+        assert ("resourceclaims" in names) is served
         assert await rep.shutdown() == 0
 
     asyncio.run(scenario())
@@ -300,6 +300,7 @@ def test_resource_claims_read_only_where_served(emulator: Emulator, served: bool
 
 
 def test_claim_from_a_template_allocated_elsewhere_lets_the_pod_bind(emulator: Emulator) -> None:
+    emulator.serve(*DRA_RESOURCES)
     emulator.create_node("n0")
     emulator.create_node("n1")
     obj = make_pod("dra")
@@ -317,7 +318,7 @@ def test_claim_from_a_template_allocated_elsewhere_lets_the_pod_bind(emulator: E
         claim = resource_claim(
             "dra-gpu-1", allocated=True, reserved_for=uid, node="n1", owner=uid
         )
-        emulator.create(RESOURCE_CLAIMS, claim, "default")
+        emulator.create(RESOURCE_CLAIMS_V1, claim, "default")
         status = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "dra-gpu-1"}]}
         store = emulator.server.store  # the claim controller writes pods/status
         emulator.server.call(
