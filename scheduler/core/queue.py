@@ -45,6 +45,7 @@ class ClusterEvent(enum.Enum):
     NAMESPACE_UPDATE = "NamespaceUpdate"
     CONFIG_CHANGE = "ConfigChange"
     STORAGE_CHANGE = "StorageChange"  # claims, volumes, classes, CSI objects, ResourceClaims
+    QUOTA_CHANGE = "ElasticQuotaChange"  # an ElasticQuota added, changed or deleted
 
 
 @dataclass

@@ -4,8 +4,8 @@
 scheduler itself: `handlers.ClusterHandlers` (watch events into the cache and the queue),
 `reporter.Reporter` and `reporter.PodGroupStatus` (Events, conditions, PodGroup status),
 `binder.KubeBinder` (pods/binding, ResourceClaim status), `groups.KubeGroups` (PodGroup
-watches), `volumes.StorageWatches` (storage watches) and `dra.DraWatches` (resource.k8s.io/v1
-watches). The last three, and the reporter, get a `Host`: the
+watches), `volumes.StorageWatches` (storage watches), `dra.DraWatches` (resource.k8s.io/v1
+watches) and `quotas.QuotaWatches` (ElasticQuotas). These, and the reporter, get a `Host`: the
 API client, which APIs the server serves, informers built with the scheduler's watch options,
 a way to wake the scheduling loop or send unschedulable pods back to the queue, background
 tasks, and the queue's backoff.

@@ -5,8 +5,9 @@ with the adapter's parts and runs the scheduling loop; each part receives only w
 
 - `handlers.ClusterHandlers`: the informers (pods of every scheduler, nodes, budgets,
   namespaces, workloads) and the handlers that feed the cache and the queue;
-- `volumes.StorageWatches`, `dra.DraWatches` and `groups.KubeGroups`: the storage, DRA
-  (`resource.k8s.io/v1`, discovered) and PodGroup watches;
+- `volumes.StorageWatches`, `dra.DraWatches`, `quotas.QuotaWatches` and `groups.KubeGroups`:
+  the storage, DRA (`resource.k8s.io/v1`, discovered), ElasticQuota (discovered; their
+  `status.used` written while leading) and PodGroup watches;
 - `reporter.Reporter` and `reporter.PodGroupStatus`: what the cycle reports (`CycleHooks`,
   dispatched here) written as Events, the PodScheduled condition, preemption's writes,
   nominations, PodGroup status, metrics and logs;
@@ -49,6 +50,7 @@ from scheduler.kube.groups import KubeGroups
 from scheduler.kube.handlers import POD_FIELD_SELECTOR, ClusterHandlers, waits_on_other_pods
 from scheduler.kube.host import Host, Options
 from scheduler.kube.metrics import Metrics
+from scheduler.kube.quotas import QuotaWatches
 from scheduler.kube.reporter import PodGroupStatus, Reporter
 from scheduler.kube.volumes import StorageWatches
 
@@ -139,6 +141,8 @@ class KubeScheduler(CycleHooks):
         self.cache.snapshot.storage.writer = self.storage_watches
         # DeviceClasses, ResourceClaims, their templates, ResourceSlices (where served)
         self.dra_watches = DraWatches(self.host, self.cache.snapshot.storage)
+        # ElasticQuotas (where the CRD is served); their status.used, written while leading
+        self.quota_watches = QuotaWatches(self.host, self.cache, lambda: self.active)
         # PodGroup discovery and watches; their status writes
         self.group_status = PodGroupStatus(self.host)
         self.groups = KubeGroups(
@@ -159,6 +163,7 @@ class KubeScheduler(CycleHooks):
             and self.groups.is_synced
             and self.storage_watches.synced
             and self.dra_watches.synced
+            and self.quota_watches.synced
         )
 
     @property
@@ -177,6 +182,7 @@ class KubeScheduler(CycleHooks):
         self._tasks.append(asyncio.create_task(self.groups.run(), name="podgroups"))
         self._tasks.append(asyncio.create_task(self.storage_watches.run(), name="storage"))
         self._tasks.append(asyncio.create_task(self.dra_watches.run(), name="dra"))
+        self._tasks.append(asyncio.create_task(self.quota_watches.run(), name="quotas"))
         for i in range(self.options.event_workers):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
@@ -191,6 +197,7 @@ class KubeScheduler(CycleHooks):
         await self.groups.synced()
         await self.storage_watches.wait_synced()
         await self.dra_watches.wait_synced()
+        await self.quota_watches.wait_synced()
 
     async def schedule_loop(self) -> None:
         """Pop and schedule while `active`; returns when deactivated."""

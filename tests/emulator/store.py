@@ -79,7 +79,14 @@ CLAIM_TEMPLATES = Resource(
 )
 RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
 DRA_RESOURCES = (DEVICE_CLASSES, RESOURCE_CLAIMS_V1, CLAIM_TEMPLATES, RESOURCE_SLICES)
-OPTIONAL_RESOURCES: tuple[Resource, ...] = (X_PODGROUPS, K8S_PODGROUPS, *DRA_RESOURCES)
+# scheduler-plugins' ElasticQuota CRD, served when a test says so
+ELASTIC_QUOTAS = Resource("scheduling.x-k8s.io", "v1alpha1", "elasticquotas", "ElasticQuota", True)
+OPTIONAL_RESOURCES: tuple[Resource, ...] = (
+    X_PODGROUPS,
+    K8S_PODGROUPS,
+    *DRA_RESOURCES,
+    ELASTIC_QUOTAS,
+)
 
 
 class ApiError(Exception):

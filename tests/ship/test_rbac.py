@@ -133,6 +133,10 @@ def _scheduler_expected(configmap: str, lease: str | None) -> set[Perm]:
         ),
         *STORAGE_PERMISSIONS,
         *DRA_PERMISSIONS,
+        # ElasticQuotas: read, and their status.used written
+        ("scheduling.x-k8s.io", "elasticquotas", "list", ""),
+        ("scheduling.x-k8s.io", "elasticquotas", "watch", ""),
+        ("scheduling.x-k8s.io", "elasticquotas/status", "patch", ""),
         ("", "configmaps", "get", configmap),
         ("", "configmaps", "list", configmap),
         ("", "configmaps", "watch", configmap),
