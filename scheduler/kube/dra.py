@@ -2,15 +2,17 @@
 
 `DraWatches` asks the API server whether it serves `resource.k8s.io/v1` (Kubernetes 1.34+,
 discovery, never assumed) and, where it does, lists and watches DeviceClasses,
-ResourceClaims, ResourceClaimTemplates and ResourceSlices (what kube-scheduler's
-DynamicResources plugin reads) into `snapshot.storage.dra`, each object parsed once into the
+ResourceClaims and ResourceSlices (what kube-scheduler's DynamicResources plugin reads, and
+what its role may read) into `snapshot.storage.dra`, each object parsed once into the
 core's typed value (`STORAGE_KINDS[kind].from_object`). On a server without the API the
 watches do not start, DynamicResources has no objects (a pod with a ResourceClaim waits with
 `resourceclaim ... not found` or `ResourceClaim not created yet`), and one log line says so.
 
 A change of a ResourceClaim, ResourceSlice or DeviceClass moves unschedulable pods back to
-the queue (a claim deallocated, a slice published, a class created can make one fit); a
-template is read only when the claim controller has already made the pod's claim.
+the queue (a claim deallocated, a slice published, a class created can make one fit).
+ResourceClaimTemplates are not watched: a pod's claim from a template is found through the
+pod's `status.resourceClaimStatuses` once kube-controller-manager has made it, and its creation
+moves the pod like any claim.
 
 An object that cannot be read is logged once per new problem, with the object and the field
 (`ResourceSlice gpu-node-gpus: spec.pool.generation: ...`); the last good version stays in the
@@ -46,7 +48,6 @@ API = f"/apis/{GROUP_VERSION}"
 KINDS: tuple[tuple[str, str, bool], ...] = (
     ("deviceclasses", "DeviceClass", True),
     ("resourceclaims", "ResourceClaim", True),
-    ("resourceclaimtemplates", "ResourceClaimTemplate", False),
     ("resourceslices", "ResourceSlice", True),
 )
 OFF = (

@@ -63,7 +63,6 @@ def test_a_four_gpu_claim_is_allocated_written_and_bound(emulator: Emulator) -> 
         assert {r.name for r in dra.reflectors} == {
             "deviceclasses",
             "resourceclaims",
-            "resourceclaimtemplates",
             "resourceslices",
         }
         # the watch brings the written claim back into the cache: allocated, reserved

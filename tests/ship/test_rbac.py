@@ -80,13 +80,13 @@ STORAGE_PERMISSIONS = {
     ),
 }
 
-# DRA (resource.k8s.io/v1): the four kinds listed and watched; a claim read again after a
+# DRA (resource.k8s.io/v1): classes, claims and slices listed and watched (no templates); a claim read again after a
 # conflict, its finalizer added (update), its status written (update of the subresource, and
 # of resourceclaims/binding, which 1.36+ checks for allocation and reservedFor)
 DRA_PERMISSIONS = {
     *(
         ("resource.k8s.io", r, v, "")
-        for r in ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
+        for r in ("deviceclasses", "resourceclaims", "resourceslices")
         for v in ("list", "watch")
     ),
     ("resource.k8s.io", "resourceclaims", "get", ""),
