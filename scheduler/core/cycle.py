@@ -211,6 +211,12 @@ class PodScheduling(Protocol):
 
     def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None: ...
 
+    def hold(self, pod: PodInfo, node: str) -> None: ...
+
+    def release_hold(self, pod: PodInfo, node: str) -> None: ...
+
+    def nominated_node(self, pod: PodInfo) -> str | None: ...
+
 
 class Scheduler:
     """The cycle over a cache and a queue, with a profile per schedulerName and a binder."""
@@ -452,6 +458,27 @@ class Scheduler:
         post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
         self._act_on_preemption(leader, post)
         return post.message if post is not None else None
+
+    def hold(self, pod: PodInfo, node: str) -> None:
+        """Nominate a pending pod to a node to hold room for it there (a pod group's
+        reservation): pods of equal or lower priority count it on that node."""
+        current = self.nominator.get(pod.key)
+        if current is not None and current.node == node:
+            return
+        self.nominator.add(pod, node)
+        self.hooks.nominated(pod, node)
+
+    def release_hold(self, pod: PodInfo, node: str) -> None:
+        """End a hold made by `hold` (a nomination to another node, e.g. by preemption since,
+        is left as it is)."""
+        current = self.nominator.get(pod.key)
+        if current is not None and current.node == node:
+            self.nominator.remove(pod.key)
+            self.hooks.nominated(pod, None)
+
+    def nominated_node(self, pod: PodInfo) -> str | None:
+        current = self.nominator.get(pod.key)
+        return current.node if current is not None else None
 
     def _act_on_preemption(self, pod: PodInfo, post: PostFilterResult | None) -> None:
         """Carry out what DefaultPreemption decided: victims waiting on Permit are rejected,

@@ -102,6 +102,7 @@ from scheduler.core.network import (
 )
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 from scheduler.core.queue import ClusterEvent, QueuedPod, Where
+from scheduler.core.reservation import DEFAULT_TIMEOUT, Reservation, Reservations
 from scheduler.core.topology.schema import ANNOTATION_PLACEMENT
 from scheduler.core.topology.select import GpuSelector
 
@@ -430,6 +431,8 @@ class GroupOutcome:
     # nothing to reduce), and the candidate placement second in the order
     busbw: float | None = None
     runner_up: RunnerUp | None = None
+    # a group not placed: the capacity held for it as it frees (None: nothing held)
+    reservation: Reservation | None = None
 
 
 class GroupCycle:
@@ -442,8 +445,12 @@ class GroupCycle:
         clock: Callable[[], float] | None = None,
         observer: Callable[[GroupOutcome], None] | None = None,
         network: NetworkBandwidth | None = None,
+        reservation_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.levels = levels
+        # capacity held for groups that would fit once running pods end (0: none held)
+        self.reservations = Reservations(reservation_timeout)
+        self._last_now = 0.0
         self.clock = clock
         self.observer = observer
         self.network = network if network is not None else NetworkBandwidth()
@@ -481,6 +488,8 @@ class GroupCycle:
                 del self.members[gid]
                 self.started.pop(gid, None)
                 self.last.pop(gid, None)
+                self.reservations.end(gid, self._last_now, "released")
+                self.reservations.cooldown.pop(gid, None)
 
     def set_spec(self, spec: GroupSpec) -> None:
         self.specs[spec.id] = spec
@@ -634,6 +643,10 @@ class GroupCycle:
                 message += f"; {len(placed)} of its pods are bound, the others wait for it"
             return [self._park(sched, popped, message, start)]
         now = self._now(sched)
+        self._last_now = now
+        held = self.reservations.held.get(gid)
+        if held is not None and now >= held.expires:
+            self._unhold(sched, gid, now, "expired")
         first = self.started.setdefault(gid, now)
         missing = spec.min_member - len(pending) - len(placed)
         if missing > 0:
@@ -677,6 +690,11 @@ class GroupCycle:
             suffix = sched.preempt_for_group(pending[0].pod, [q.pod for q in pending[1:]])
             if suffix:
                 message = f"{message} {suffix}"
+        reservation = None
+        if not decided:  # hold capacity for it as running pods end
+            reservation = self._reserve(sched, spec, gid, pending, need, now)
+            if reservation is not None:
+                message = f"{message.rstrip('.')}; {reservation.describe(now)}."
         timed_out = spec.timeout is not None and now - first >= spec.timeout
         if timed_out:
             message += f"; unscheduled longer than its scheduleTimeoutSeconds ({spec.timeout:g}s)"
@@ -700,6 +718,7 @@ class GroupCycle:
                 timed_out=timed_out,
                 domains=walk.fits(len(pending)),
                 blocked=_blocked(walk.best or attempt),
+                reservation=reservation,
             )
         )
         return decisions
@@ -720,6 +739,8 @@ class GroupCycle:
         """Enough members are reserved: the ones that did not fit wait, the group is
         reported scheduled."""
         self.started.pop(gid, None)
+        if gid in self.reservations.held:
+            self._unhold(sched, gid, self._now(sched), "fulfilled")
         chosen = {d.pod.key for d in decisions}
         for _, pod, _, why in attempt.failed:
             if pod.key not in chosen and sched.profile_of(pod) is not None:
@@ -743,6 +764,169 @@ class GroupCycle:
             )
         )
         return decisions
+
+    # ------------------------------------------------------------------ reservations
+
+    def _unhold(self, sched: PodScheduling, gid: GroupId, now: float, how: str) -> None:
+        """End the group's reservation and the nominations it made."""
+        ended = self.reservations.end(gid, now, how)
+        if ended is not None:
+            for pod, node in ended.members.values():
+                sched.release_hold(pod, node)
+
+    def _reserve(
+        self,
+        sched: PodScheduling,
+        spec: GroupSpec,
+        gid: GroupId,
+        pending: list[QueuedPod[PodInfo]],
+        need: int,
+        now: float,
+    ) -> Reservation | None:
+        """Hold capacity for a group that did not fit (`scheduler.core.reservation`): keep
+        its reservation, or make one when its queue has none (or one of lower priority) and
+        nodes no other reservation holds would hold the group once their pods end. Returns
+        the group's reservation (None: nothing held)."""
+        book = self.reservations
+        if not book.enabled or need <= 0:
+            return None
+        snapshot = sched.cache.snapshot
+        current = book.held.get(gid)
+        if current is not None:
+            if all(node in snapshot.index for _, node in current.members.values()):
+                for pod, node in current.members.values():
+                    if sched.nominated_node(pod) in (None, node):
+                        sched.hold(pod, node)
+                return current
+            self._unhold(sched, gid, now, "released")  # a node it held is gone
+        live = snapshot.live
+        for resource, amount in spec.min_resources.items():
+            row = snapshot.row.get(resource)
+            if row is None or int(snapshot.allocatable[row][live].sum()) < amount:
+                return None  # minResources beyond the whole cluster: no freeing helps
+        members = [qp.pod for qp in pending[:need]]
+        if any(sched.nominated_node(pod) is not None for pod in members):
+            return None  # preemption nominated it: room is being freed for it already
+        if not book.may_reserve(gid, now):
+            return None
+        if snapshot.quotas.active and snapshot.quotas.check_group(members) is not None:
+            return None  # over its quota: freed nodes would not admit it
+        priority = max(pod.priority for pod in members)
+        holder = book.of_queue(spec.namespace)
+        if holder is not None and holder.priority >= priority:
+            return None
+        chosen = self._hold_nodes(
+            sched, spec, members, book.nodes_held(holder.group if holder else None)
+        )
+        if chosen is None:
+            return None
+        if holder is not None:
+            self._unhold(sched, holder.group, now, "released")
+        resource = snapshot.gpus.resource
+        reservation = Reservation(
+            gid,
+            spec.key,
+            spec.namespace,
+            priority,
+            {pod.key: (pod, chosen[pod.key]) for pod in members},
+            sum(int(pod.requests.get(resource, 0)) for pod in members),
+            now,
+            now + book.timeout,
+        )
+        book.add(reservation)
+        for pod, node in reservation.members.values():
+            sched.hold(pod, node)
+        return reservation
+
+    def _hold_nodes(
+        self, sched: PodScheduling, spec: GroupSpec, members: list[PodInfo], exclude: set[str]
+    ) -> dict[str, str] | None:
+        """Nodes that hold the members once their running pods end (pod key -> node): on
+        nodes no other reservation holds, whose filters fail the members only for what is in
+        use; in the narrowest domain that holds them all (a required level: only its
+        domains), the nodes with the most free now first (they free soonest). None: none
+        would."""
+        snapshot = sched.cache.snapshot
+        n = snapshot.capacity
+        spare = np.array(snapshot.allocatable[:, :n], dtype=np.int64, copy=True)
+        needs: dict[str, list[tuple[int, int]]] = {}
+        ok_by_shape: dict[tuple[Any, ...], Any] = {}
+        pods_row = snapshot.row.get("pods")
+        for pod in members:
+            asks = [(pods_row, 1)] if pods_row is not None else []
+            for resource, amount in pod.requests.items():
+                if amount <= 0:
+                    continue
+                row = snapshot.row.get(resource)
+                if row is None:
+                    return None
+                asks.append((row, int(amount)))
+            needs[pod.key] = asks
+            shape = _shape(pod)
+            if shape in ok_by_shape:
+                continue
+            result = sched.evaluate(pod)
+            if result is None or result.prefilter_message is not None:
+                return None
+            ok = np.zeros(n, np.bool_)
+            for slot in np.flatnonzero(snapshot.live[:n]):
+                node = snapshot.nodes[int(slot)]
+                if node is None or node.name in exclude:
+                    continue
+                if bool(result.feasible[slot]) or all(
+                    _freeing(reason) for reason in result.node_reasons(int(slot))
+                ):
+                    ok[slot] = True
+            ok_by_shape[shape] = ok
+        gpu_row = snapshot.row.get(snapshot.gpus.resource)
+        row = gpu_row if gpu_row is not None else snapshot.row.get("cpu", 0)
+        free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
+        names = [node.name if node is not None else "" for node in snapshot.nodes[:n]]
+        order = sorted(
+            (int(s) for s in np.flatnonzero(snapshot.live[:n])), key=lambda s: (-free[s], names[s])
+        )
+
+        def assign(allowed: Any) -> tuple[dict[str, str], int] | None:
+            left = spare.copy()
+            now_free = free.copy()
+            out: dict[str, str] = {}
+            score = 0
+            for pod in members:
+                ok = ok_by_shape[_shape(pod)]
+                for slot in order:
+                    if not ok[slot] or (allowed is not None and not allowed[slot]):
+                        continue
+                    if all(left[r, slot] >= a for r, a in needs[pod.key]):
+                        for r, a in needs[pod.key]:
+                            left[r, slot] -= a
+                        gpus = int(pod.requests.get(snapshot.gpus.resource, 0))
+                        score += max(0, min(int(now_free[slot]), gpus))
+                        now_free[slot] -= gpus
+                        out[pod.key] = names[slot]
+                        break
+                else:
+                    return None
+            return out, score
+
+        asked = spec.required or spec.preferred
+        keys: list[str] = []
+        if spec.required is not None:
+            keys = [spec.required]
+        elif self.levels and not (asked is None and spec.anywhere):
+            keys = walk_levels(self.levels, asked or self.levels[-1])
+        for key in keys:
+            index = domain_index(snapshot, key)
+            best: tuple[int, str, dict[str, str]] | None = None
+            for domain, value in enumerate(index.values):
+                found = assign(index.mask(domain)[:n])
+                if found is not None and (best is None or (-found[1], value) < (-best[0], best[1])):
+                    best = (found[1], value, found[0])
+            if best is not None:
+                return best[2]
+        if spec.required is not None:
+            return None
+        found = assign(None)
+        return found[0] if found is not None else None
 
     def _report(self, outcome: GroupOutcome) -> None:
         self.last[outcome.spec.id] = outcome
@@ -1224,6 +1408,15 @@ def _short_of(sched: PodScheduling, spec: GroupSpec) -> str | None:
         if free < amount:
             return resource
     return None
+
+
+def _freeing(reason: str) -> bool:
+    """A filter reason that running pods ending would cure: a resource in use."""
+    return (
+        reason.startswith("Insufficient ")
+        or reason == "Too many pods"
+        or reason == "node(s) didn't have enough free GPUs"
+    )
 
 
 def _in_cache(sched: PodScheduling, pod: PodInfo) -> bool:

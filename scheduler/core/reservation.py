@@ -1,0 +1,129 @@
+"""Reservations: capacity held for a pod group that does not fit now but would once running
+pods end, so that smaller pods of equal or lower priority do not take it as it frees.
+
+A group that does not fit, whose members would fit on nodes whose only shortfall is what
+running pods use (`Insufficient ...`, too few free GPUs), gets those nodes held for it: each
+member is nominated to one of them (the scheduler's one nominator, as preemption nominates),
+so every pod of equal or lower priority counts the member there and places elsewhere, or
+waits; pods of higher priority do not see it. The group is placed by its own cycle when the
+held nodes (or any others) have the room.
+
+Bounds, so no reservation starves the others and none can deadlock:
+
+- at most one reservation per queue (the group's namespace: one ElasticQuota each), taken by
+  the first group of that queue to fail in queue order (priority, then fair share, then age);
+  a group of higher priority takes it over from a lower one;
+- a reservation never holds a node another reservation holds, and is made only when its own
+  nodes hold the whole group when empty: each reservation completes as its own nodes free,
+  whatever the others do;
+- it expires after `timeout` seconds; the group may not reserve again for as long, so other
+  groups of its queue get their turn.
+
+(Volcano's reservation design elects one target job, the highest priority waiting longest,
+and locks the nodes with the most idle resources until it is placed; this follows it, per
+queue and with a timeout.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.core.model import PodInfo
+
+__all__ = ["DEFAULT_TIMEOUT", "SUGGESTED_TIMEOUT", "Reservation", "Reservations"]
+
+DEFAULT_TIMEOUT = 0.0
+"""Seconds a reservation holds its nodes before it expires; 0: no reservations (the default:
+on the Philly traces measured so far they lengthened waits, `docs/gang-scheduling.md`)."""
+SUGGESTED_TIMEOUT = 3600.0
+"""The timeout the measurements used."""
+
+GroupId = tuple[str, str]
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Nodes held for one pod group: each member it holds for and its node."""
+
+    group: GroupId
+    name: str  # the group's namespace/name
+    queue: str  # the group's namespace
+    priority: int
+    members: dict[str, tuple[PodInfo, str]]  # pod key -> (pod, node held for it)
+    gpus: int  # GPUs the held members request in all
+    since: float
+    expires: float
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({node for _, node in self.members.values()}))
+
+    def describe(self, now: float) -> str:
+        nodes = self.nodes
+        shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+        return (
+            f"capacity held for it as it frees on {len(nodes)} node(s): {shown} "
+            f"(reservation for {len(self.members)} pods, {self.gpus} GPUs, "
+            f"expires in {max(0.0, self.expires - now):,.0f}s)"
+        )
+
+
+@dataclass(slots=True)
+class Reservations:
+    """The reservations of one scheduler, by group, and their counts."""
+
+    timeout: float = DEFAULT_TIMEOUT
+    held: dict[GroupId, Reservation] = field(default_factory=dict)
+    cooldown: dict[GroupId, float] = field(default_factory=dict)  # group -> may reserve from
+    made: int = 0
+    fulfilled: int = 0  # the group was placed while it held its reservation
+    expired: int = 0
+    released: int = 0  # taken over by a group of higher priority, or the group is gone
+    ended_gpu_seconds: float = 0.0  # GPUs held x seconds, reservations that ended
+
+    @property
+    def enabled(self) -> bool:
+        return self.timeout > 0
+
+    def of_queue(self, queue: str) -> Reservation | None:
+        return next((r for r in self.held.values() if r.queue == queue), None)
+
+    def nodes_held(self, other_than: GroupId | None = None) -> set[str]:
+        return {
+            node
+            for gid, r in self.held.items()
+            if gid != other_than
+            for _, node in r.members.values()
+        }
+
+    def may_reserve(self, group: GroupId, now: float) -> bool:
+        until = self.cooldown.get(group)
+        if until is not None and now >= until:
+            del self.cooldown[group]
+            return True
+        return until is None
+
+    def add(self, reservation: Reservation) -> None:
+        self.held[reservation.group] = reservation
+        self.made += 1
+
+    def end(self, group: GroupId, now: float, how: str) -> Reservation | None:
+        """End a group's reservation: `fulfilled`, `expired` (the group then waits `timeout`
+        before it may reserve again) or `released`."""
+        reservation = self.held.pop(group, None)
+        if reservation is None:
+            return None
+        self.ended_gpu_seconds += reservation.gpus * max(0.0, now - reservation.since)
+        if how == "fulfilled":
+            self.fulfilled += 1
+        elif how == "expired":
+            self.expired += 1
+            self.cooldown[group] = now + self.timeout
+        else:
+            self.released += 1
+        return reservation
+
+    def gpu_seconds(self, now: float) -> float:
+        """GPUs held x seconds, over every reservation so far (the live ones until `now`)."""
+        live = sum(r.gpus * max(0.0, now - r.since) for r in self.held.values())
+        return self.ended_gpu_seconds + live

@@ -1,0 +1,147 @@
+"""Reservations: capacity held for a pod group that would fit once running pods end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core_support import node_info, pod
+from test_core_group import Cluster, gpu_node, member
+
+from scheduler.core.model import PodInfo
+from scheduler.core.queue import ClusterEvent
+from scheduler.core.reservation import DEFAULT_TIMEOUT, SUGGESTED_TIMEOUT
+
+
+def running(name: str, node: str, gpus: int, namespace: str = "default") -> PodInfo:
+    obj = pod(
+        name,
+        {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+        namespace=namespace,
+        node_name=node,
+        phase="Running",
+    )
+    return PodInfo.from_object(obj)
+
+
+def small(name: str, gpus: int = 2, priority: int = 0, namespace: str = "ml") -> dict[str, Any]:
+    obj = pod(name, {"cpu": "1", "nvidia.com/gpu": str(gpus)}, namespace=namespace)
+    if priority:
+        obj["spec"]["priority"] = priority
+    return obj
+
+
+def held_cluster(nodes: list[dict[str, Any]]) -> Cluster:
+    c = Cluster(nodes)
+    assert c.sched.groups is not None
+    c.sched.groups.reservations.timeout = SUGGESTED_TIMEOUT
+    return c
+
+
+def busy_cluster() -> tuple[Cluster, list[PodInfo]]:
+    """Two 8-GPU nodes, each half used; a third full."""
+    c = held_cluster([gpu_node("n0"), gpu_node("n1"), gpu_node("n2")])
+    pods = [running("r0", "n0", 4), running("r1", "n1", 4), running("r2", "n2", 8)]
+    for p in pods:
+        c.cache.add_pod(p)
+    return c, pods
+
+
+def test_a_group_that_would_fit_once_pods_end_holds_the_freest_nodes() -> None:
+    c, running_pods = busy_cluster()
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    assert c.bound == {}
+    groups = c.sched.groups
+    assert groups is not None
+    held = groups.reservations.held[("annotation", "ml/llama")]
+    assert held.nodes == ("n0", "n1")  # the most free GPUs now
+    assert held.gpus == 16
+    message = c.events.failures[-1][1]
+    assert "capacity held for it as it frees on 2 node(s): n0, n1" in message
+    assert c.outcomes[-1].reservation is held
+    # a smaller pod of equal priority does not take the held room
+    c.add(small("s0"))
+    c.run()
+    assert "ml/s0" not in c.bound
+    # one of higher priority does
+    c.add(small("s1", priority=100))
+    c.run()
+    assert c.bound["ml/s1"] in ("n0", "n1")
+    c.cache.remove_pod("ml/s1")
+    # the running pods end: the group is placed on the held nodes and the hold ends
+    c.cache.remove_pod(running_pods[0].key)
+    c.cache.remove_pod(running_pods[1].key)
+    c.now = 60.0  # past the backoff
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert c.nodes_of("ml/w0", "ml/w1") == {"n0", "n1"}
+    assert groups.reservations.held == {}
+    assert groups.reservations.fulfilled == 1
+    assert c.sched.nominator.get("ml/w0") is None
+
+
+def test_a_pod_that_fits_elsewhere_still_goes() -> None:
+    c, _ = busy_cluster()
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    c.cache.add_node(node_info("n3", cpu="64", memory="512Gi", extra={"nvidia.com/gpu": "8"}))
+    c.add(small("s0"))
+    c.run()
+    assert c.bound["ml/s0"] == "n3"
+
+
+def test_a_reservation_expires_and_the_group_waits_its_turn() -> None:
+    c, _ = busy_cluster()
+    groups = c.sched.groups
+    assert groups is not None
+    groups.reservations.timeout = 600.0
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    assert groups.reservations.made == 1
+    c.now = 700.0
+    c.queue.flush()
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert groups.reservations.expired == 1
+    assert groups.reservations.held == {}
+    assert c.sched.nominator.get("ml/w0") is None
+    c.add(small("s0"))
+    c.run()
+    assert "ml/s0" in c.bound  # nothing held any more
+    assert "capacity held" not in c.events.failures[-1][1]
+
+
+def test_one_reservation_per_queue_and_none_on_held_nodes() -> None:
+    c = held_cluster([gpu_node(f"n{i}") for i in range(4)])
+    for i in range(4):
+        c.cache.add_pod(running(f"r{i}", f"n{i}", 2))
+    c.add(member("a0", "a", 2), member("a1", "a", 2))
+    c.add(member("b0", "b", 2), member("b1", "b", 2))
+    c.add(member("c0", "c", 2, namespace="dev"), member("c1", "c", 2, namespace="dev"))
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    held = groups.reservations.held
+    assert set(held) == {("annotation", "ml/a"), ("annotation", "dev/c")}
+    assert set(held[("annotation", "ml/a")].nodes).isdisjoint(held[("annotation", "dev/c")].nodes)
+
+
+def test_no_reservation_for_a_group_no_freeing_can_hold() -> None:
+    c, _ = busy_cluster()
+    c.add(*(member(f"w{i}", min_member=4) for i in range(4)))  # four 8-GPU pods, three nodes
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    assert groups.reservations.made == 0
+    assert "capacity held" not in c.events.failures[-1][1]
+
+
+def test_reservations_off_by_default() -> None:
+    assert DEFAULT_TIMEOUT == 0.0
+    c = Cluster([gpu_node("n0"), gpu_node("n1"), gpu_node("n2")])
+    for p in (running("r0", "n0", 4), running("r1", "n1", 4)):
+        c.cache.add_pod(p)
+    assert c.sched.groups is not None
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    assert c.sched.groups.reservations.made == 0
