@@ -134,6 +134,14 @@ def _add_simulate(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
         action="store_true",
         help="turn DefaultPreemption off (on by default, as in kube-scheduler)",
     )
+    p.add_argument(
+        "--gang-reservation",
+        metavar="SECONDS",
+        type=float,
+        default=0.0,
+        help="topo+ policies: hold capacity for a pod group that would fit once running pods "
+        "end, each reservation for at most SECONDS (default 0: none)",
+    )
 
 
 def _add_agent(sub: argparse._SubParsersAction[_OneLineParser]) -> None:

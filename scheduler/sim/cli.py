@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from scheduler.sim.policies import (
 )
 from scheduler.sim.report import document, plot, render_table, summarize
 from scheduler.sim.scenario import (
+    MAX_SECONDS,
     Scenario,
     ScenarioError,
     bundled_scenario_path,
@@ -60,6 +62,7 @@ def simulate(
     progress: Callable[[str], Callable[[int], None]] | None = None,
     trace: TraceReplay | None = None,
     preemption: bool = True,
+    reservation_timeout: float = 0.0,
 ) -> tuple[dict[str, Any], dict[str, Simulation]]:
     """Run each policy on the scenario; returns the JSON document and the simulations."""
     started = time.perf_counter()
@@ -68,7 +71,7 @@ def simulate(
         advance = progress(policy) if progress is not None else None
         sims[policy] = Simulation(
             scenario, policy, config if policy in (TOPO, TOPO_NVIDIA_DP) else None, check=check,
-            progress=advance, preemption=preemption,
+            progress=advance, preemption=preemption, reservation_timeout=reservation_timeout,
         ).run()  # fmt: skip
     summaries = {name: summarize(sim) for name, sim in sims.items()}
     runtime = time.perf_counter() - started
@@ -131,6 +134,14 @@ def _scenario(args: argparse.Namespace) -> tuple[Scenario, TraceReplay | None]:
     return scenario, replay
 
 
+def _reservation(seconds: float) -> float:
+    if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SECONDS:
+        raise ScenarioError(
+            f"--gang-reservation: must be seconds from 0 to {MAX_SECONDS:,}, got {seconds:g}"
+        )
+    return seconds
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     """CLI entry: exit 0 after a run, 2 with one line on stderr for a bad scenario or config."""
     try:
@@ -138,6 +149,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         config = _config(args.config)
         if args.plot and not str(args.plot).lower().endswith(".png"):
             raise ScenarioError(f"--plot: {args.plot}: must name a .png file")
+        reservation = _reservation(args.gang_reservation)
     except ScenarioError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -151,6 +163,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                 progress=progress,
                 trace=trace,
                 preemption=not args.no_preemption,
+                reservation_timeout=reservation,
             )
     except WorkLimitError as exc:
         origin = trace.file if trace is not None else scenario.source

@@ -47,7 +47,9 @@ from scheduler.core.framework import (
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.preemption import PLUGIN_NAME as PREEMPTION_PLUGIN
 from scheduler.core.preemption import Plan, group_key
+from scheduler.core.quantity import resource_value
 from scheduler.core.queue import ClusterEvent, SchedulingQueue
+from scheduler.core.quota import ElasticQuota
 from scheduler.core.topology.device_plugin import device_plugin_set
 from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
@@ -114,6 +116,15 @@ One to three minutes on one core (measured: 0.9 us per evaluation on 1 node, 2.8
 10,000). Many jobs waiting on a small cluster retry on every completion, so the work can grow
 with the square of the jobs (1,000 8-GPU jobs on one node: 500,000 attempts), and a pod group's
 preemption reads all its pending members, for each of them under the kube+ policies."""
+
+
+def fair_share_config(scheduler_name: str = "topo-scheduler") -> SchedulerConfiguration:
+    """The default profile with PrioritySort's fair share between queues (`docs/quotas.md`)."""
+    args = {"name": "PrioritySort", "args": {"fairShare": True}}
+    return load_config(
+        {"profiles": [{"schedulerName": scheduler_name, "pluginConfig": [args]}]},
+        origin="fair-share",
+    )
 
 
 def count_only_config(scheduler_name: str = "topo-scheduler") -> SchedulerConfiguration:
@@ -196,6 +207,7 @@ class Sample:
     free_gpus: int
     # per network level, then the whole cluster: most nodes with 8 GPUs free in one domain
     largest_gang: tuple[int, ...] = ()
+    reserved_idle_gpus: int = 0  # free GPUs on nodes held by reservations (up to their need)
 
 
 class Simulation:
@@ -211,6 +223,7 @@ class Simulation:
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
         preemption: bool = True,
+        reservation_timeout: float = 0.0,
     ) -> None:
         from plugins import frameworks_for, topology_levels
         from plugins.gpu_topology import network_bandwidth
@@ -225,8 +238,11 @@ class Simulation:
         # topo-scheduler's decisions on nodes whose device plugin ignores the recorded set and
         # picks as NVIDIA's does (the stock device plugin does exactly that).
         self.honors_gpu_set = policy != TOPO_NVIDIA_DP
+        # queues (ElasticQuotas) are enforced by topo-scheduler's policies only: kube-scheduler
+        # has no quotas; without a configuration they order by fair share
+        self.queues = bool(scenario.queues) and policy in (TOPO, TOPO_NVIDIA_DP)
         if policy in (TOPO, TOPO_NVIDIA_DP):
-            self.config = config or default_config()
+            self.config = config or (fair_share_config() if self.queues else default_config())
         else:
             self.config = count_only_config()
         self.frameworks: dict[str, Framework] = frameworks_for(self.config)
@@ -264,6 +280,8 @@ class Simulation:
         self.queue: SchedulingQueue[PodInfo] = assembly.queue
         self.cycle: Scheduler = assembly.cycle
         self.cycle.pending_members = self._pending_members
+        if self.cycle.groups is not None:  # `--gang-reservation SECONDS`
+            self.cycle.groups.reservations.timeout = reservation_timeout
         preempt_for_group = self.cycle.preempt_for_group
 
         def metered_preempt_for_group(leader: PodInfo, members: Sequence[PodInfo]) -> str | None:
@@ -276,9 +294,7 @@ class Simulation:
         self.gangs = GangTracker()  # multi-node jobs: start when all workers run
         self.quality = QualityModel()
         self.network = NetworkModel(scenario, self.quality)  # job time, gang room per level
-        self.records: dict[str, JobRecord] = {
-            f"default/{j.name}": JobRecord(j) for j in scenario.jobs
-        }
+        self.records: dict[str, JobRecord] = {j.key: JobRecord(j) for j in scenario.jobs}
         if len(self.records) != len(scenario.jobs):  # parse_scenario and replay_on prevent it
             names = Counter(j.name for j in scenario.jobs)
             twice = next(name for name, n in names.items() if n > 1)
@@ -296,6 +312,18 @@ class Simulation:
         self._completion: dict[str, int] = {}  # pod key -> its live completion event
         self.preempted: Counter[int] = Counter()  # preemptions by the victim's priority
         self.lost_gpu_seconds: dict[int, float] = {}  # by the victim's priority
+        # per namespace: GPUs held now, GPU-seconds held above the queue's min (borrowed),
+        # victims of reclaim (a preemptor of another namespace) and the GPU-seconds they lost
+        self.quota_min: dict[str, int] = {
+            q.namespace: resource_value(GPU_RESOURCE, (q.min or {}).get(GPU_RESOURCE, "0"))
+            for q in scenario.queues
+        }
+        self.ns_gpus: Counter[str] = Counter()
+        self.borrowed_gpu_seconds: dict[str, float] = {}
+        self._ns_since = 0.0
+        self.reclaimed: Counter[str] = Counter()
+        self.reclaim_lost_gpu_seconds: dict[str, float] = {}
+        self.reserved_idle_gpu_seconds = 0.0  # free GPUs held by reservations, over time
         # wall time of every phase: set-up here, then the whole run (`run`)
         self.wall_seconds = time.perf_counter() - started
 
@@ -340,6 +368,10 @@ class Simulation:
             kubelet = _Kubelet(info.name, obj, dict(info.allocatable), topology)
             self.kubelets[info.name] = kubelet
             self.total_gpus += kubelet.gpu_count
+        if self.queues:
+            totals = self.scenario.quota_totals()
+            for queue in self.scenario.queues:
+                self.cache.add_quota(ElasticQuota.from_object(queue.quota_object(totals)))
         for key, record in self.records.items():
             self._push(record.job.arrival, ARRIVAL, key)
 
@@ -468,6 +500,7 @@ class Simulation:
         self._completion.pop(key, None)
         self.pod_objects.pop(key)
         pod = self._bound.pop(key)
+        self._namespace_gpus(pod.namespace, -int(pod.requests.get(GPU_RESOURCE, 0)))
         node = record.node
         assert node is not None
         kubelet = self.kubelets[node]
@@ -501,6 +534,7 @@ class Simulation:
         if kubelet.topology is not None:
             free_before = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask
         held = self._admit(kubelet, bound)
+        self._namespace_gpus(bound.namespace, int(bound.requests.get(GPU_RESOURCE, 0)))
         self._bound[key] = bound
         self.cache.add_pod(bound)  # the watch reports the bound pod
         if held and (not gpus or not self.honors_gpu_set):
@@ -522,6 +556,32 @@ class Simulation:
         for k in started:
             self.records[k].run_seconds = run
             self._completion[k] = self._push(self.now + run, COMPLETION, k)
+
+    def _namespace_gpus(self, namespace: str, delta: int) -> None:
+        """GPUs held by a namespace change: the GPU-seconds borrowed so far are counted."""
+        if delta == 0:
+            return
+        elapsed = self.now - self._ns_since
+        if elapsed > 0:
+            for ns, held in self.ns_gpus.items():
+                over = held - self.quota_min.get(ns, 0)
+                if over > 0 and ns in self.quota_min:
+                    self.borrowed_gpu_seconds[ns] = (
+                        self.borrowed_gpu_seconds.get(ns, 0.0) + over * elapsed
+                    )
+        self._ns_since = self.now
+        self.ns_gpus[namespace] += delta
+
+    def borrowed_gpu_hours(self) -> dict[str, float]:
+        """GPU-hours each queue held above its min, up to now."""
+        self._namespace_gpus("", 0)
+        out = dict(self.borrowed_gpu_seconds)
+        elapsed = self.now - self._ns_since
+        for ns, held in self.ns_gpus.items():
+            over = held - self.quota_min.get(ns, 0)
+            if over > 0 and ns in self.quota_min:
+                out[ns] = out.get(ns, 0.0) + over * elapsed
+        return {ns: seconds / 3600 for ns, seconds in out.items()}
 
     def _run_time(self, workers: list[JobRecord]) -> float:
         """How long a job runs on the placement it got (`scheduler.sim.network`): what is
@@ -590,7 +650,23 @@ class Simulation:
         pending = sum(self._pending_sizes.values())
         pending_gpu = sum(n for s, n in self._pending_sizes.items() if s > 0)
         gangs = self.network.largest_gangs(lambda name: self.kubelets[name].free_gpus())
-        sample = Sample(self.now, used, pending, pending_gpu, stranded, free_total, gangs)
+        reserved_idle = 0
+        groups = self.cycle.groups
+        if groups is not None:
+            for reservation in groups.reservations.held.values():
+                wanted: Counter[str] = Counter()
+                for pod, node in reservation.members.values():
+                    wanted[node] += int(pod.requests.get(GPU_RESOURCE, 0))
+                for node, gpus in wanted.items():
+                    if node in self.kubelets:
+                        reserved_idle += min(gpus, self.kubelets[node].free_gpus())
+        if self.samples:
+            self.reserved_idle_gpu_seconds += self.samples[-1].reserved_idle_gpus * (
+                self.now - self.samples[-1].time
+            )
+        sample = Sample(
+            self.now, used, pending, pending_gpu, stranded, free_total, gangs, reserved_idle
+        )
         if self.samples and self.samples[-1].time == self.now:
             self.samples[-1] = sample
         else:
@@ -668,4 +744,17 @@ class _Observer(CycleHooks):
 
     def preempt(self, plan: Plan) -> None:
         for victim in plan.victims:
+            if victim.pod.namespace != plan.preemptor.namespace:  # reclaim by another queue
+                record = self.sim.records.get(victim.pod.key)
+                lost_before = record.lost_gpu_seconds if record is not None else 0.0
+                self.sim._preempt(victim.pod.key)
+                if record is not None:
+                    ns = victim.pod.namespace
+                    self.sim.reclaimed[ns] += 1
+                    self.sim.reclaim_lost_gpu_seconds[ns] = (
+                        self.sim.reclaim_lost_gpu_seconds.get(ns, 0.0)
+                        + record.lost_gpu_seconds
+                        - lost_before
+                    )
+                continue
             self.sim._preempt(victim.pod.key)

@@ -260,7 +260,7 @@ class NetworkModel:
         run = left
         if comm > 0 and t is not None and ref is not None:
             run = left * ((1.0 - comm) + comm * t / ref)
-        key = job.group if job.group is not None else f"default/{job.name}"
+        key = job.group if job.group is not None else job.key
         factor = allreduce_factor(total)
         self.jobs[key] = JobTime(
             job.gpus * job.workers,

@@ -213,6 +213,66 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         **({"gangs": gangs} if (gangs := sim.gangs.summary(sim, end)) is not None else {}),
         "pending_reasons": dict(reasons.most_common()),
         "preemption": _preemption(sim),
+        **({"namespaces": ns} if (ns := _namespaces(sim, gpu_records)) else {}),
+        **({"reservations": held} if (held := _reservations(sim, end)) is not None else {}),
+    }
+
+
+def _namespaces(sim: Simulation, gpu_records: Sequence[JobRecord]) -> dict[str, Any]:
+    """Per namespace (with queues, or a trace that names namespaces): GPU jobs, their wait and
+    completion by size, GPU-hours used and held above the queue's min, and reclaim."""
+    names = sorted({r.job.namespace for r in gpu_records} | set(sim.quota_min))
+    if names in ([], ["default"]) and not sim.scenario.queues:
+        return {}
+    borrowed = sim.borrowed_gpu_hours()
+    queues = {q.namespace: q for q in sim.scenario.queues}
+    out: dict[str, Any] = {}
+    for name in names:
+        mine = [r for r in gpu_records if r.job.namespace == name]
+        queue = queues.get(name)
+        by_size = {}
+        for size in sorted({r.job.gpus for r in mine}):
+            group = [r for r in mine if r.job.gpus == size]
+            by_size[str(size)] = {
+                "jobs": len(group),
+                "wait_seconds_mean": _round(_mean([w for r in group if (w := r.wait) is not None])),
+                "completion_seconds_mean": _round(
+                    _mean([c for r in group if (c := r.completion_time) is not None])
+                ),
+            }
+        out[name] = {
+            "queue": None
+            if queue is None
+            else {"min": queue.min, "max": queue.max, "enforced": sim.queues},
+            "jobs": len(mine),
+            "wait_seconds": _wait_stats(mine),
+            "completion_seconds": _completion_stats(mine),
+            "by_gpus": by_size,
+            "gpu_hours": _gpu_hours(mine),
+            "borrowed_gpu_hours": round(borrowed.get(name, 0.0), 3) if sim.queues else None,
+            "reclaim": {
+                "preemptions": sim.reclaimed.get(name, 0),
+                "lost_gpu_hours": round(sim.reclaim_lost_gpu_seconds.get(name, 0.0) / 3600, 3),
+            },
+        }
+    return out
+
+
+def _reservations(sim: Simulation, end: float) -> dict[str, Any] | None:
+    """Capacity held for pod groups as it freed (the group cycle's reservations)."""
+    groups = sim.cycle.groups
+    if groups is None:
+        return None
+    book = groups.reservations
+    return {
+        "timeout_seconds": book.timeout,
+        "made": book.made,
+        "fulfilled": book.fulfilled,
+        "expired": book.expired,
+        "released": book.released,
+        "held_at_end": len(book.held),
+        "gpu_hours": round(book.gpu_seconds(end) / 3600, 3),
+        "idle_gpu_hours": round(sim.reserved_idle_gpu_seconds / 3600, 3),
     }
 
 
@@ -464,6 +524,7 @@ def render_table(doc: Mapping[str, Any]) -> str:
             _by_priority(str(prio), "lost_gpu_hours"),
             "h",
         )
+    _queue_rows(row, policies)
     out = StringIO()
     console = Console(file=out, width=120, highlight=False)
     console.print(title, soft_wrap=True)
@@ -492,6 +553,58 @@ def render_table(doc: Mapping[str, Any]) -> str:
             console.print(f"{name}: {count} pod(s) pending: {reason}", soft_wrap=True)
     console.print(f"simulated in {doc['runtime_seconds']:.1f} s wall clock")
     return out.getvalue()
+
+
+def _queue_rows(row: Callable[..., None], policies: Mapping[str, Mapping[str, Any]]) -> None:
+    """Reservations, then per namespace: jobs, waits and completions by size, GPU-hours used
+    and borrowed, reclaim."""
+    if any("reservations" in p for p in policies.values()):
+
+        def held(*keys: str) -> Callable[[Mapping[str, Any]], Any]:
+            def get(p: Mapping[str, Any]) -> Any:
+                r = p.get("reservations")
+                return None if r is None else "/".join(f"{r[k]:,.0f}" for k in keys)
+
+            return get
+
+        row("gang reservations: made / fulfilled / expired", held("made", "fulfilled", "expired"))
+        row("  GPU-hours reserved / of them idle", held("gpu_hours", "idle_gpu_hours"))
+    names = list(dict.fromkeys(n for p in policies.values() for n in p.get("namespaces", {})))
+
+    def ns(name: str, *keys: str) -> Callable[[Mapping[str, Any]], Any]:
+        def get(p: Mapping[str, Any]) -> Any:
+            value: Any = p.get("namespaces", {}).get(name)
+            for key in keys:
+                if not isinstance(value, Mapping):
+                    return None
+                value = value.get(key)
+            return value
+
+        return get
+
+    for name in names:
+        row(f"namespace {name}: GPU jobs", ns(name, "jobs"))
+        sizes = sorted(
+            {
+                s
+                for p in policies.values()
+                for s in p.get("namespaces", {}).get(name, {}).get("by_gpus", {})
+            },
+            key=int,
+        )
+        for size in sizes:
+            row(
+                f"  wait mean, {size}-GPU jobs", ns(name, "by_gpus", size, "wait_seconds_mean"), "s"
+            )
+            row(
+                f"  completion mean, {size}-GPU jobs",
+                ns(name, "by_gpus", size, "completion_seconds_mean"),
+                "s",
+            )
+        row("  GPU-hours used", ns(name, "gpu_hours"), "h")
+        row("  GPU-hours above its min (borrowed)", ns(name, "borrowed_gpu_hours"), "h")
+        row("  preempted by reclaim", ns(name, "reclaim", "preemptions"))
+        row("  lost to reclaim, GPU-hours", ns(name, "reclaim", "lost_gpu_hours"), "h")
 
 
 def _gang_room(level: str) -> Callable[[Mapping[str, Any]], Any]:

@@ -8,8 +8,10 @@ Errors name the field (``jobs[1].gpus: weights must be numbers >= 0``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -49,6 +51,7 @@ __all__ = [
     "SCHEDULER_NAME",
     "Job",
     "NodeTemplate",
+    "Queue",
     "Scenario",
     "ScenarioError",
     "as_workers",
@@ -61,12 +64,13 @@ __all__ = [
 ]
 
 SCHEDULER_NAME = "topo-scheduler"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
 
 _TOP_FIELDS = {
     "name", "description", "seed", "nodes", "jobs", "checkpointInterval", "coreBandwidth",
-    "jobTimeReference",
+    "jobTimeReference", "queues", "traceNamespaces",
 }  # fmt: skip
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
@@ -84,11 +88,11 @@ _NODE_FIELDS = {
 }  # fmt: skip
 _JOB_FIELDS = {
     "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
-    "placement", "priority", "count", "interval", "comm", "workers", "topology",
+    "placement", "priority", "count", "interval", "comm", "workers", "topology", "namespace",
 }  # fmt: skip
 _GEN_FIELDS = {
     "generate", "namePrefix", "arrivals", "duration", "gpus", "cpu", "memory", "cpuPerGpu",
-    "memoryPerGpu", "placement", "priority", "comm", "workers", "topology",
+    "memoryPerGpu", "placement", "priority", "comm", "workers", "topology", "namespace",
 }  # fmt: skip
 DEFAULT_COMM = 0.3
 """Share of a multi-GPU job's best-case time spent in communication, unless it says."""
@@ -138,6 +142,12 @@ class Job:
     group: str | None = None  # the multi-node job this pod is a worker of
     workers: int = 1  # the job's workers (the group's minMember)
     topology: tuple[str, str] | None = None  # ("required" | "preferred", node label key)
+    namespace: str = "default"
+
+    @property
+    def key(self) -> str:
+        """The pod's key (namespace/name)."""
+        return f"{self.namespace}/{self.name}"
 
     @property
     def comm_share(self) -> float:
@@ -178,13 +188,42 @@ class Job:
             "kind": "Pod",
             "metadata": {
                 "name": self.name,
-                "namespace": "default",
+                "namespace": self.namespace,
                 "uid": f"uid-{self.name}",
                 "annotations": annotations,
                 "creationTimestamp": created.isoformat().replace("+00:00", "Z"),
             },
             "spec": spec,
             "status": {"phase": "Pending"},
+        }
+
+
+@dataclass(frozen=True)
+class Queue:
+    """One ElasticQuota of the simulated cluster: a namespace's guaranteed `min` and ceiling
+    `max` (resource name -> quantity; None: not set)."""
+
+    namespace: str
+    min: dict[str, str] | None
+    max: dict[str, str] | None
+
+    def quota_object(self, totals: Mapping[str, str]) -> dict[str, Any]:
+        """The ElasticQuota. A resource the queue does not list is not limited: cpu, memory,
+        ephemeral-storage and pods, which an ElasticQuota that is given compares always, get
+        the cluster's total (`totals`) in both bounds."""
+        spec: dict[str, Any] = {}
+        for part, given in (("min", self.min), ("max", self.max)):
+            if given is None and part == "max":
+                continue
+            amounts = dict(given or {})
+            for name, total in totals.items():
+                amounts.setdefault(name, total)
+            spec[part] = amounts
+        return {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "ElasticQuota",
+            "metadata": {"name": self.namespace, "namespace": self.namespace},
+            "spec": spec,
         }
 
 
@@ -202,6 +241,27 @@ class Scenario:
     # GB/s per GPU between nodes that share no domain of any level (None: no further limit)
     core_gbps: float | None = None
     job_time_reference: str = "cluster"  # one of JOB_TIME_REFERENCES
+    queues: list[Queue] = field(default_factory=list)  # one ElasticQuota per namespace
+    # where trace jobs go: (namespace, least GPUs of the whole job), first match wins
+    trace_namespaces: list[tuple[str, int]] = field(default_factory=list)
+
+    def namespace_for(self, gpus: int) -> str:
+        """The namespace of a trace job of `gpus` GPUs in all (`traceNamespaces`)."""
+        for namespace, least in self.trace_namespaces:
+            if gpus >= least:
+                return namespace
+        return "default"
+
+    def quota_totals(self) -> dict[str, str]:
+        """The cluster's total cpu, memory, ephemeral-storage and pods (for `Queue`)."""
+        totals: dict[str, int] = {}
+        for t in self.templates:
+            for name in ("cpu", "memory", "ephemeral-storage", "pods"):
+                raw = t.resources.get(name, "110" if name == "pods" else "0")
+                totals[name] = totals.get(name, 0) + t.count * resource_value(name, raw)
+        out = {name: str(amount) for name, amount in totals.items()}
+        out["cpu"] = f"{totals['cpu']}m"
+        return out
 
     def node_objects(self) -> list[dict[str, Any]]:
         """Every Node of the cluster, named `<template>-<i>`."""
@@ -316,6 +376,70 @@ def _name(value: Any, path: str) -> str:
     if not ok or name.lower() != name:
         raise ScenarioError(f"{path}: {name!r} is not a valid name (lowercase, digits, '-', '.')")
     return name
+
+
+def _namespace(value: Any, path: str) -> str:
+    """A namespace: a DNS label (lowercase letters, digits, '-'; at most 63)."""
+    text = _string(value, path)
+    if not _DNS_LABEL.fullmatch(text):
+        raise ScenarioError(
+            f"{path}: must be a namespace name (a DNS label: lowercase letters, digits and '-', "
+            f"at most 63, starting and ending with a letter or digit), got {text!r}"
+        )
+    return text
+
+
+def _resource_list(value: Any, path: str) -> dict[str, str]:
+    data = _mapping(value, path, required=True)
+    out: dict[str, str] = {}
+    for name, amount in data.items():
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+            raise ScenarioError(f"{path}: must be keyed by resource names, got {name!r}")
+        if amount is None:
+            raise ScenarioError(f"{path}.{name}: must be a quantity such as 8 or 64Gi, got None")
+        out[name] = _quantity(amount, name, f"{path}.{name}", default="0")
+    return out
+
+
+def _queues(value: Any) -> list[Queue]:
+    if not isinstance(value, list):
+        raise ScenarioError(f"queues: must be a list of queues, got {type(value).__name__}")
+    queues: list[Queue] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(value):
+        path = f"queues[{i}]"
+        item = _mapping(raw, path, required=True)
+        _no_unknown(item, {"namespace", "min", "max"}, path)
+        namespace = _namespace(item.get("namespace"), f"{path}.namespace")
+        if namespace in seen:
+            raise ScenarioError(
+                f"{path}.namespace: {namespace!r} has a queue already (one ElasticQuota per "
+                "namespace)"
+            )
+        seen.add(namespace)
+        low = _resource_list(item["min"], f"{path}.min") if item.get("min") is not None else None
+        high = _resource_list(item["max"], f"{path}.max") if item.get("max") is not None else None
+        for name, amount in (low or {}).items():
+            ceiling = (high or {}).get(name)
+            if ceiling is not None and resource_value(name, amount) > resource_value(name, ceiling):
+                raise ScenarioError(
+                    f"{path}.min.{name}: must not exceed max ({ceiling}), got {amount}"
+                )
+        queues.append(Queue(namespace, low, high))
+    return queues
+
+
+def _trace_namespaces(value: Any) -> list[tuple[str, int]]:
+    if not isinstance(value, list):
+        raise ScenarioError(f"traceNamespaces: must be a list of rules, got {type(value).__name__}")
+    rules: list[tuple[str, int]] = []
+    for i, raw in enumerate(value):
+        path = f"traceNamespaces[{i}]"
+        item = _mapping(raw, path, required=True)
+        _no_unknown(item, {"namespace", "minGpus"}, path)
+        namespace = _namespace(item.get("namespace"), f"{path}.namespace")
+        rules.append((namespace, _integer(item.get("minGpus"), f"{path}.minGpus", default=0)))
+    return rules
 
 
 def _comm(value: Any, path: str) -> float | None:
@@ -501,6 +625,7 @@ def as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list
             job.name,
             workers,
             topology,
+            job.namespace,
         )
         for k in range(workers)
     ]
@@ -558,6 +683,9 @@ def _explicit_jobs(data: Mapping[str, Any], path: str, room: _Room) -> list[Job]
         )
         for k in range(count)
     ]
+    if data.get("namespace") is not None:
+        namespace = _namespace(data["namespace"], f"{path}.namespace")
+        jobs = [dataclasses.replace(job, namespace=namespace) for job in jobs]
     return [w for job in jobs for w in as_workers(job, workers, topology)]
 
 
@@ -584,6 +712,7 @@ def _generated_jobs(
     mean_interval = _number(
         arrivals.get("meanInterval"), f"{path}.arrivals.meanInterval", default=60.0
     )
+    namespace = _namespace(data.get("namespace", "default"), f"{path}.namespace")
     dur = _mapping(data.get("duration"), f"{path}.duration")
     _no_unknown(dur, {"median", "sigma", "min", "max"}, f"{path}.duration")
     median = _number(dur.get("median"), f"{path}.duration.median", default=1800.0)
@@ -647,6 +776,7 @@ def _generated_jobs(
             placement,
             priority,
             comm,
+            namespace=namespace,
         )
         workers = int(worker_rng.choices(*zip(*worker_weights, strict=True))[0])
         room.take(workers, f"{path}.workers", f"job {job.name} of {workers:,} workers")
@@ -707,6 +837,10 @@ def parse_scenario(
             f"jobTimeReference: must be one of {', '.join(JOB_TIME_REFERENCES)}, got {reference!r}"
         )
     scenario.job_time_reference = reference
+    if top.get("queues") is not None:
+        scenario.queues = _queues(top["queues"])
+    if top.get("traceNamespaces") is not None:
+        scenario.trace_namespaces = _trace_namespaces(top["traceNamespaces"])
     check_limits(scenario)
     return scenario
 

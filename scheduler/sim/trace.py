@@ -21,6 +21,7 @@ and groups), so a worker `<job>-w<k>` and a job row never share a name.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import re
 from collections.abc import Callable, Iterator
@@ -50,6 +51,9 @@ __all__ = [
     "replay_on",
 ]
 
+NAMESPACE_COLUMN = "namespace"
+"""An optional column: the job's namespace (empty: by the scenario's `traceNamespaces`)."""
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 TRACE_COLUMNS = ("job", "arrival_s", "duration_s", "gpus", "workers", "gpu_model", "status")
 CPU_MILLIS_BASE, CPU_MILLIS_PER_GPU = 1000, 4000
 MEMORY_GIB_BASE, MEMORY_GIB_PER_GPU = 4, 16
@@ -75,6 +79,7 @@ class TraceRow:
     workers: int | None
     gpu_model: str
     status: str
+    namespace: str | None = None  # the optional `namespace` column (None: empty or absent)
 
 
 @dataclass
@@ -142,6 +147,18 @@ def _count(text: str, where: str, column: str, minimum: int) -> int | None:
     return _cell(text, where, column, go_parse_int, minimum, what, MAX_GPUS)
 
 
+def _namespace_cell(text: str, where: str) -> str | None:
+    if not text:
+        return None
+    if len(text) > 63 or not _DNS_LABEL.fullmatch(text):
+        shown = text if len(text) <= _MAX_CELL_CHARS else text[:_MAX_CELL_CHARS] + "..."
+        raise ScenarioError(
+            f"{where}: {NAMESPACE_COLUMN}: must be a namespace name (a DNS label: lowercase "
+            f"letters, digits and '-', at most 63), got {shown!r}"
+        )
+    return text
+
+
 def load_trace(path: str | Path) -> list[TraceRow]:
     """Read and check a trace CSV; errors: `FILE: line N: COLUMN: problem`."""
     source = str(path)
@@ -163,6 +180,8 @@ def load_trace(path: str | Path) -> list[TraceRow]:
                 f"(expected {','.join(TRACE_COLUMNS)})"
             )
         at = {name: header.index(name) for name in TRACE_COLUMNS}
+        if NAMESPACE_COLUMN in header:
+            at[NAMESPACE_COLUMN] = header.index(NAMESPACE_COLUMN)
         for cells in reader:
             line = reader.line_num
             if not cells:
@@ -183,6 +202,7 @@ def load_trace(path: str | Path) -> list[TraceRow]:
                     _count(cell["workers"], where, "workers", 1),
                     cell["gpu_model"],
                     cell["status"],
+                    _namespace_cell(cell.get(NAMESPACE_COLUMN, ""), where),
                 )
             )
     except csv.Error as exc:
@@ -307,6 +327,9 @@ def replay_on(
             f"{CPU_MILLIS_BASE + gpus * CPU_MILLIS_PER_GPU}m",
             f"{MEMORY_GIB_BASE + gpus * MEMORY_GIB_PER_GPU}Gi",
         )
+        namespace = row.namespace or scenario.namespace_for(row.gpus)
+        if namespace != "default":
+            job = dataclasses.replace(job, namespace=namespace)
         if workers > 1:
             replay.gangs += 1
         replay.jobs.extend(as_workers(job, workers, None))

@@ -1,0 +1,172 @@
+"""Queues in the simulator: ElasticQuotas per namespace, where trace jobs go, the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scheduler.cli import main
+from scheduler.sim.engine import Simulation
+from scheduler.sim.scenario import ScenarioError, parse_scenario
+from scheduler.sim.trace import load_trace, replay_on
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = [{"name": "n", "count": 2, "gpuTopology": "dgx1-v100",
+          "resources": {"cpu": "80", "memory": "512Gi"}, "gpuTaint": False}]  # fmt: skip
+QUEUES = [
+    {"namespace": "research", "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}},
+    {"namespace": "dev", "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}},
+]
+RULES = [{"namespace": "research", "minGpus": 8}, {"namespace": "dev"}]
+
+
+def cluster(**extra: Any) -> dict[str, Any]:
+    return {"name": "q", "nodes": NODES, "queues": QUEUES, "traceNamespaces": RULES, **extra}
+
+
+def test_trace_jobs_go_to_the_first_matching_namespace_or_their_column(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text(
+        "job,arrival_s,duration_s,gpus,workers,gpu_model,status,namespace\n"
+        "big,0,100,16,2,,,\n"  # 16 GPUs: research (a gang of two workers)
+        "mid,0,100,8,1,,,\n"  # 8: research
+        "one,0,100,1,,,,\n"  # dev
+        "own,0,100,1,,,,team-x\n"  # its column
+    )
+    scenario = parse_scenario(cluster(), jobs_required=False)
+    replay_on(scenario, load_trace(tmp_path / "t.csv"), "t.csv", (0.0, None))
+    where = {j.name: j.namespace for j in scenario.jobs}
+    assert where == {"big-w0": "research", "big-w1": "research", "mid": "research",
+                     "one": "dev", "own": "team-x"}  # fmt: skip
+
+
+def test_kube_ignores_quotas_topo_enforces_and_reclaims() -> None:
+    """Research borrows the whole cluster; dev's jobs within its min reclaim from it under
+    topo-scheduler, and wait under kube-scheduler (no quotas)."""
+    jobs = [
+        {"name": "r", "gpus": 8, "count": 2, "duration": 1000, "namespace": "research"},
+        {"name": "d", "gpus": 4, "count": 2, "arrival": 10, "duration": 100, "namespace": "dev"},
+    ]
+    scenario = parse_scenario(cluster(jobs=jobs))
+    topo = Simulation(scenario, "topo+topo-dp", check=True).run()
+    kube = Simulation(scenario, "kube+nvidia-dp", check=True).run()
+    from scheduler.sim.report import summarize
+
+    t, k = summarize(topo), summarize(kube)
+    assert t["namespaces"]["research"]["reclaim"]["preemptions"] == 1
+    assert t["namespaces"]["research"]["reclaim"]["lost_gpu_hours"] == pytest.approx(
+        8 * 10 / 3600, abs=1e-3
+    )
+    assert t["namespaces"]["dev"]["by_gpus"]["4"]["wait_seconds_mean"] < 5.0
+    assert t["namespaces"]["research"]["borrowed_gpu_hours"] > 0
+    assert k["namespaces"]["research"]["reclaim"]["preemptions"] == 0
+    assert k["namespaces"]["dev"]["by_gpus"]["4"]["wait_seconds_mean"] == pytest.approx(990.0)
+    assert k["namespaces"]["research"]["borrowed_gpu_hours"] is None
+    assert t["namespaces"]["dev"]["queue"]["enforced"] is True
+    assert k["namespaces"]["dev"]["queue"]["enforced"] is False
+    assert "reservations" not in k and t["reservations"]["made"] == 0
+
+
+def test_over_max_waits_under_topo() -> None:
+    queues = [{"namespace": "dev", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 4}}]
+    jobs = [{"name": "d", "gpus": 4, "count": 2, "duration": 100, "namespace": "dev"}]
+    scenario = parse_scenario({"name": "q", "nodes": NODES, "queues": queues, "jobs": jobs})
+    topo = Simulation(scenario, "topo+topo-dp", check=True).run()
+    waits = sorted(r.wait or 0.0 for r in topo.records.values())
+    assert waits == [0.0, 100.0]
+    kube = Simulation(scenario, "kube+nvidia-dp", check=True).run()
+    assert sorted(r.wait or 0.0 for r in kube.records.values()) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"queues": {"a": 1}}, "queues: must be a list of queues"),
+        ({"queues": [{"namespace": "A"}]}, "queues[0].namespace: must be a namespace name"),
+        ({"queues": [{"namespace": "a", "min": {"nvidia.com/gpu": "x"}}]},
+         "queues[0].min.nvidia.com/gpu:"),
+        ({"queues": [{"namespace": "a", "min": {"nvidia.com/gpu": 9},
+                      "max": {"nvidia.com/gpu": 8}}]},
+         "queues[0].min.nvidia.com/gpu: must not exceed max (8), got 9"),
+        ({"queues": [{"namespace": "a"}, {"namespace": "a"}]},
+         "queues[1].namespace: 'a' has a queue already"),
+        ({"queues": [{"namespace": "a", "limit": 3}]},
+         "queues[0].limit: unknown field (known: max, min, namespace)"),
+        ({"traceNamespaces": [{"namespace": "a", "minGpus": -1}]},
+         "traceNamespaces[0].minGpus:"),
+        ({"traceNamespaces": [{"minGpus": 1}]}, "traceNamespaces[0].namespace:"),
+        ({"jobs": [{"name": "j", "duration": 1, "namespace": "No"}]},
+         "jobs[0].namespace: must be a namespace name"),
+    ],
+)  # fmt: skip
+def test_bad_queue_fields_name_the_field(extra: dict[str, Any], message: str) -> None:
+    data = {"name": "q", "nodes": NODES, **extra}
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data, jobs_required=False)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_bad_namespace_cell_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t.csv").write_text(
+        "job,arrival_s,duration_s,gpus,workers,gpu_model,status,namespace\na,0,1,1,,,,Dev_X\n"
+    )
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster()))
+    args = ["simulate", "--trace", str(tmp_path / "t.csv"), "--cluster", str(tmp_path / "c.yaml")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 2: namespace: must be a namespace name" in err, err
+
+
+def test_report_table_and_json_have_the_namespaces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t.csv").write_text(
+        "job,arrival_s,duration_s,gpus,workers,gpu_model,status\n"
+        "big,0,600,16,2,,\nsmall,10,60,1,,,\n"
+    )
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster()))
+    args = ["simulate", "--trace", str(tmp_path / "t.csv"), "--cluster", str(tmp_path / "c.yaml")]
+    assert main([*args, "--output", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    topo = doc["policies"]["topo+topo-dp"]
+    assert set(topo["namespaces"]) == {"research", "dev"}
+    assert topo["namespaces"]["research"]["jobs"] == 2
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "namespace research: GPU jobs" in out and "gang reservations" in out
+
+
+def test_shipped_queue_cluster_loads() -> None:
+    from scheduler.sim.scenario import load_scenario
+
+    scenario = load_scenario(ROOT / "examples/trace-cluster-queues.yaml", jobs_required=False)
+    assert [q.namespace for q in scenario.queues] == ["research-large", "dev-small"]
+    assert scenario.namespace_for(8) == "research-large"
+    assert scenario.namespace_for(4) == "dev-small"
+
+
+def test_gang_reservation_holds_nodes_for_a_gang(capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [
+        {"name": "s", "gpus": 1, "count": 4, "duration": 500, "interval": 1},
+        {"name": "g", "gpus": 8, "workers": 2, "arrival": 10, "duration": 100},
+        {"name": "t", "gpus": 1, "count": 8, "arrival": 20, "interval": 100, "duration": 500},
+    ]
+    scenario = parse_scenario({"name": "r", "nodes": NODES, "jobs": jobs})
+    from scheduler.sim.report import summarize
+
+    held = summarize(
+        Simulation(scenario, "topo+topo-dp", check=True, reservation_timeout=3600).run()
+    )
+    plain = summarize(Simulation(scenario, "topo+topo-dp", check=True).run())
+    assert held["reservations"]["made"] == 1 and held["reservations"]["fulfilled"] == 1
+    assert plain["reservations"]["made"] == 0
+    assert held["gangs"]["partially_placed"] == 0
+    gang_wait = held["by_gpus"]["8"]["wait_seconds"]["mean"]
+    assert gang_wait < plain["by_gpus"]["8"]["wait_seconds"]["mean"]
+    assert main(["simulate", "--gang-reservation", "-1"]) == 2
+    assert "--gang-reservation: must be seconds" in capsys.readouterr().err
