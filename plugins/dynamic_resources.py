@@ -24,12 +24,16 @@ with the devices of a claim chosen by NVLink bandwidth where the node's GPU grap
   allocated once: the next pod finds it allocated and is only added to `reservedFor`.
 
 Every rejection is UnschedulableAndUnresolvable, as kube's (preemption does not free
-devices). PostFilter's deallocation of a claim allocated where the pod cannot go is not done.
+devices). **PostFilter** deallocates an allocated claim that kept the pod off a node and is
+reserved for no other pod (kube's); **Unreserve** after PreBind removes the pod from the
+claims' `reservedFor` (`ClaimStatusEditor` of the binder).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +41,7 @@ import numpy as np
 
 from plugins._volumes import UNRESOLVABLE
 from scheduler.core.config import strict_mapping
+from scheduler.core.cycle import drive
 from scheduler.core.dra import (
     CANNOT_ALLOCATE,
     NOT_AVAILABLE,
@@ -59,10 +64,13 @@ from scheduler.core.dra.verdicts import NodeVerdicts, VerdictCache
 from scheduler.core.framework import (
     BINDER_KEY,
     SKIP,
+    ClaimStatusEditor,
     ClaimStatusWriter,
     CycleState,
+    PostFilterResult,
     PreFilterResult,
     ReasonMasks,
+    ScheduleResult,
 )
 from scheduler.core.model import PodInfo
 from scheduler.core.selectors import NodeSelector
@@ -77,6 +85,12 @@ CODES: dict[str, str] = {NOT_AVAILABLE: UNRESOLVABLE, CANNOT_ALLOCATE: UNRESOLVA
 the PreFilter refusals are UnschedulableAndUnresolvable too."""
 PREFILTER_CODE = UNRESOLVABLE
 _STATE = f"{NAME}/state"
+DEALLOCATED = "deallocation of ResourceClaim completed"
+STILL_UNSCHEDULABLE = "still not schedulable"
+NO_CLAIMS = "no new claims to deallocate"
+"""kube's PostFilter messages (Unschedulable; joined before preemption's)."""
+_log = logging.getLogger(__name__)
+_WRITES: set[asyncio.Task[Any]] = set()  # claim writes running on the event loop
 
 
 class DraError(Exception):
@@ -86,7 +100,7 @@ class DraError(Exception):
 @dataclass
 class _State:
     claims: list[ResourceClaim]  # 1:1 with the pod's claims that exist
-    selectors: list[NodeSelector]  # of the allocated claims
+    selectors: list[tuple[int, NodeSelector]]  # of the allocated claims, by claim index
     to_allocate: list[int]  # indices into claims
     allocator: Allocator | None
     verdicts: NodeVerdicts | None
@@ -94,6 +108,7 @@ class _State:
     choices: NodeChoices  # node -> the allocation on each node Filter found feasible
     allocations: dict[int, AllocationResult] = field(default_factory=dict)  # Reserve's
     pending: list[str] = field(default_factory=list)  # claim uids in flight (Reserve)
+    unavailable: set[int] = field(default_factory=set)  # allocated claims a node refused
 
 
 def _controlled_by(claim: ResourceClaim, pod: PodInfo) -> bool:
@@ -154,7 +169,7 @@ class DynamicResources:
         if not found:
             return SKIP
         dra = snapshot.storage.dra
-        selectors: list[NodeSelector] = []
+        selectors: list[tuple[int, NodeSelector]] = []
         to_allocate: list[int] = []
         for index, claim in enumerate(found):
             if claim.allocation is not None:
@@ -163,7 +178,7 @@ class DynamicResources:
                 ):
                     return PreFilterResult(unschedulable="resourceclaim in use")
                 if claim.allocation.node_selector is not None:
-                    selectors.append(claim.allocation.node_selector)
+                    selectors.append((index, claim.allocation.node_selector))
                 continue
             to_allocate.append(index)
             if dra.has_pending(claim.uid):
@@ -247,11 +262,15 @@ class DynamicResources:
             node = snapshot.nodes[slot]
             if node is None:
                 continue
-            if st.selectors and not all(
-                node_selector_matches(s, node.name, node.labels) for s in st.selectors
-            ):
-                reject(slot, NOT_AVAILABLE)
-                continue
+            if st.selectors:
+                labels = node.labels
+                refused = [
+                    i for i, s in st.selectors if not node_selector_matches(s, node.name, labels)
+                ]
+                if refused:
+                    st.unavailable.update(refused)
+                    reject(slot, NOT_AVAILABLE)
+                    continue
             if verdicts is None:
                 continue
             topology = snapshot.gpus.topology[slot]
@@ -273,6 +292,42 @@ class DynamicResources:
         """Every rejection is UnschedulableAndUnresolvable (kube's statusUnschedulable)."""
         return rejected.copy()
 
+    # -- PostFilter -----------------------------------------------------------------------
+
+    @staticmethod
+    def post_filter_applies(pod: PodInfo) -> bool:
+        """kube's PostFilter returns at once for a pod without claims."""
+        return bool(pod.resource_claims)
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, result: ScheduleResult
+    ) -> PostFilterResult | None:
+        """kube's PostFilter: an allocated claim that kept the pod off a node and is
+        reserved for no pod (or for this pod alone) is deallocated, so that it can be
+        allocated elsewhere; the first such claim in the pod's order (kube picks one at
+        random). The pod stays unschedulable either way."""
+        if not pod.resource_claims:
+            return None
+        st: _State | None = state.get(_STATE)
+        if st is None or not st.claims:
+            return PostFilterResult(message=NO_CLAIMS)
+        for index in sorted(st.unavailable):
+            claim = st.claims[index]
+            reserved = claim.reserved_for
+            if reserved and not (len(reserved) == 1 and reserved[0].uid == pod.uid):
+                continue
+            binder = state.get(BINDER_KEY)
+            if not isinstance(binder, ClaimStatusEditor):
+                return PostFilterResult(
+                    message=f"claim {claim.key}: the binder cannot write ResourceClaim status"
+                )
+            try:
+                _write(st.dra, binder.deallocate_claim(claim))
+            except ClaimWriteError as exc:
+                return PostFilterResult(message=str(exc))
+            return PostFilterResult(message=DEALLOCATED)
+        return PostFilterResult(message=STILL_UNSCHEDULABLE)
+
     # -- Reserve / Unreserve --------------------------------------------------------------
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> str | None:
@@ -291,8 +346,12 @@ class DynamicResources:
         return None
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """kube's Unreserve: an allocation in flight is dropped (the claim as it was before);
+        a claim PreBind already reserved for the pod loses the pod from `reservedFor` (its
+        allocation stays, as kube leaves it: the resourceclaim controller or a later
+        PostFilter deallocates it). A failed write is logged; the next attempt retries."""
         st: _State | None = state.get(_STATE)
-        if st is None or not st.pending:
+        if st is None:
             return
         dra = st.dra
         for index in st.to_allocate:
@@ -301,6 +360,18 @@ class DynamicResources:
                 dra.restore_claim(claim.key)
         st.pending.clear()
         st.allocations.clear()
+        binder = state.get(BINDER_KEY)
+        for claim in st.claims:
+            if claim.allocation is None or not claim.reserved_for_pod(pod.uid):
+                continue
+            if not isinstance(binder, ClaimStatusEditor):
+                _log.warning("claim %s: the binder cannot remove pod %s from reservedFor",
+                             claim.key, pod.key)  # fmt: skip
+                continue
+            try:
+                _write(dra, binder.unreserve_claim(claim, pod))
+            except ClaimWriteError as exc:
+                _log.warning("claim %s: unreserve pod %s: %s", claim.key, pod.key, exc)
 
     # -- PreBind --------------------------------------------------------------------------
 
@@ -328,6 +399,35 @@ class DynamicResources:
             if allocation is not None and dra.remove_pending(claim.uid):
                 st.pending.remove(claim.uid)
         return None
+
+
+def _write(dra: DraState, write: Coroutine[Any, Any, ResourceClaim | None]) -> None:
+    """Run a claim write from a synchronous extension point: at once when no event loop
+    runs (the in-memory and dry-run binders never wait), else as a task on the loop. The
+    written claim is assumed in the cache until the watch delivers it."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        written = drive(write)
+        if written is not None:
+            dra.assume_claim(written)
+        return
+
+    def done(task: asyncio.Task[ResourceClaim | None]) -> None:
+        _WRITES.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            _log.warning("ResourceClaim status write failed: %s", error)
+            return
+        written = task.result()
+        if written is not None:
+            dra.assume_claim(written)
+
+    task = loop.create_task(write)
+    _WRITES.add(task)
+    task.add_done_callback(done)
 
 
 def _choice(verdicts: NodeVerdicts, results: list[AllocationResult], topology: Any) -> NodeChoice:

@@ -77,6 +77,17 @@ def drive(coroutine: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("the binding cycle waited; run it on an event loop")
 
 
+def _post_filtering(fw: Framework, pod: PodInfo) -> bool:
+    """Whether a PostFilter plugin of the profile has something to do for the pod (a plugin
+    may say it has not: `post_filter_applies(pod)`, DynamicResources for pods without
+    claims)."""
+    for plugin in fw.post_filters:
+        applies = getattr(plugin, "post_filter_applies", None)
+        if applies is None or applies(pod):
+            return True
+    return False
+
+
 def queue_order(
     frameworks: Mapping[str, Framework],
 ) -> Callable[[int, float], tuple[float, ...]] | None:
@@ -335,12 +346,13 @@ class Scheduler:
         fw = self.frameworks[pod.scheduler_name]
         start = self.timer()
         state = CycleState(within)
+        state.write(BINDER_KEY, self.binder)  # PostFilter and Unreserve write through it
         post: PostFilterResult | None = None
         with self.cache.nominated(self.nominator.counted_for(pod)):
             result = self._prefer_nominated(fw, state, pod, self._decide(fw, pod, state))
             elapsed = self.timer() - start
             self.hooks.decided(pod, result, state)
-            if result.node is None and post_filter and fw.post_filters:
+            if result.node is None and post_filter and _post_filtering(fw, pod):
                 state.write(CONTEXT_KEY, self._preemption_context(fw, self.pending_members))
                 post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
         placement = Placement(queued, fw, state, result, start, elapsed, post=post)
@@ -448,9 +460,10 @@ class Scheduler:
         (DefaultPreemption) runs for it with the other pending members placed together, so
         victims are evicted only if the whole gang then fits. The FailedScheduling suffix."""
         fw = self.profile_of(leader)
-        if fw is None or not fw.post_filters:
+        if fw is None or not _post_filtering(fw, leader):
             return None
         state = CycleState()
+        state.write(BINDER_KEY, self.binder)
         result = self._decide(fw, leader, state)
         if result.node is not None:  # it fits alone: eviction is no help to the group
             return None

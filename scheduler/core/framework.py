@@ -17,6 +17,7 @@ protocol in `scheduler.core.reference`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ __all__ = [
     "BindPlugin",
     "BindResult",
     "Binder",
+    "ClaimStatusEditor",
     "ClaimStatusWriter",
     "ClaimWriteError",
     "CycleState",
@@ -343,6 +345,23 @@ class ClaimStatusWriter(Protocol):
         `resource.kubernetes.io/delete-protection` added first when allocating). The claim
         as written, or None when nothing is written anywhere (a dry run); ClaimWriteError
         when the claim is gone, being deleted, allocated elsewhere, or the write fails."""
+        ...
+
+
+@runtime_checkable
+class ClaimStatusEditor(Protocol):
+    """The binder's other ResourceClaim operations: DynamicResources' PostFilter
+    (deallocation) and Unreserve (the pod out of `reservedFor`)."""
+
+    async def deallocate_claim(self, claim: ResourceClaim) -> ResourceClaim | None:
+        """Clear `status.allocation` and `status.reservedFor` of `claim` as PreFilter saw it
+        (an update of the status subresource: a conflict when it changed since). The claim
+        as written, None when nothing is written (a dry run); ClaimWriteError on failure."""
+        ...
+
+    async def unreserve_claim(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim | None:
+        """Remove the pod (by uid) from `status.reservedFor` (kube patches with
+        `$patch: delete`, so no version is needed). As `deallocate_claim`."""
         ...
 
 
@@ -745,15 +764,23 @@ class Framework:
     def run_post_filter(
         self, state: CycleState, pod: PodInfo, snapshot: Snapshot, result: ScheduleResult
     ) -> PostFilterResult | None:
-        """PostFilter plugins in order until one nominates a node."""
+        """PostFilter plugins in order until one nominates a node; when none does, the
+        last answer with every plugin's message joined by ", " in order (kube's
+        RunPostFilterPlugins joins the reasons of the plugins that stayed Unschedulable)."""
         last = None
+        messages: list[str] = []
         for plugin in self.post_filters:
             answer = plugin.post_filter(state, pod, snapshot, result)
             if answer is None:
                 continue
-            last = answer
             if answer.nominated_node is not None:
                 return answer
+            if answer.message:
+                messages.append(answer.message)
+            clear = answer.clear_nomination or (last is not None and last.clear_nomination)
+            last = dataclasses.replace(answer, clear_nomination=clear)
+        if last is not None and len(messages) > 1:
+            last = dataclasses.replace(last, message=", ".join(messages))
         return last
 
     # ------------------------------------------------------------------ reserving a node

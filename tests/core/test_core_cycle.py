@@ -230,8 +230,10 @@ def test_post_filter_runs_only_when_no_node_fits() -> None:
     decision = _run(cycle, queue)
     assert decision.outcome == "unschedulable"
     assert "A.postFilter" in calls and "A.reserve" not in calls
+    # every PostFilter's message, joined in profile order (kube's RunPostFilterPlugins)
     assert decision.message == (
-        "0/2 nodes are available: 2 node(s) refused by the recorder. recorder: no victims."
+        "0/2 nodes are available: 2 node(s) refused by the recorder. preemption: 0/2 nodes "
+        "are available: 2 No preemption victims found for incoming pod., recorder: no victims."
     )
     assert queue.where("default/p") is Where.UNSCHEDULABLE
 

@@ -11,7 +11,11 @@ from typing import Any
 from scheduler.assembly import Assembly, assemble
 from scheduler.core.cache import Cache
 from scheduler.core.cycle import Decision, drive
-from scheduler.core.dra.state import write_claim_in_memory
+from scheduler.core.dra.state import (
+    deallocate_claim_in_memory,
+    unreserve_claim_in_memory,
+    write_claim_in_memory,
+)
 from scheduler.core.dra.types import AllocationResult, ResourceClaim
 from scheduler.core.framework import BindOutcome, BindResult
 from scheduler.core.model import NodeInfo, PodInfo
@@ -41,6 +45,14 @@ class MemoryBinder:
         self.claim_writes.append(claim.key)
         dra = self.cache.snapshot.storage.dra
         return write_claim_in_memory(dra, claim, allocation, pod.name, pod.uid)
+
+    async def deallocate_claim(self, claim: ResourceClaim) -> ResourceClaim | None:
+        self.claim_writes.append(f"deallocate {claim.key}")
+        return deallocate_claim_in_memory(self.cache.snapshot.storage.dra, claim)
+
+    async def unreserve_claim(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim | None:
+        self.claim_writes.append(f"unreserve {claim.key}")
+        return unreserve_claim_in_memory(self.cache.snapshot.storage.dra, claim, pod.uid)
 
 
 def add_objects(cache: Cache, objects: Iterable[Obj]) -> None:

@@ -151,11 +151,32 @@ CASES: dict[str, tuple[list[Obj], Obj, tuple[str, Any]]] = {
 }  # fmt: skip
 
 
+# PostFilter's message where no node fits (kube's, joined before preemption's).
+NO_NEW, STILL, DEALLOCATED = (
+    "no new claims to deallocate",
+    "still not schedulable",
+    "deallocation of ResourceClaim completed",
+)
+POSTFILTER: dict[str, str] = {
+    "missing-claim": NO_NEW,
+    "deleted-claim": NO_NEW,
+    "wrong-claim": NO_NEW,
+    "missing-class": NO_NEW,
+    "claim-with-request-with-unknown-device-class": NO_NEW,
+    "claim-with-prioritized-list-unknown-device-class": NO_NEW,
+    "no-resources": STILL,
+    "exhausted-resources": STILL,
+    "wrong-topology": DEALLOCATED,
+}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_plugin(name: str) -> None:
     objects, the_pod, (kind, want) = CASES[name]
     c = cluster([worker(), *objects])
     decision = c.schedule(the_pod)
+    if name in POSTFILTER:
+        assert f". {POSTFILTER[name]}, preemption: " in (decision.message or "")
     if kind == "prefilter":
         assert decision.outcome == "unschedulable"
         assert (decision.message or "").startswith(f"0/1 nodes are available: {want}.")
@@ -187,12 +208,48 @@ def test_plugin(name: str) -> None:
 
 
 def test_skip_bind() -> None:
-    """`skip-bind`: PreBind does not run (the binding fails); Unreserve drops the in-flight
-    allocation and the claim stays unallocated."""
+    """`skip-bind`: the binding fails after PreBind wrote the allocation; Unreserve drops
+    the in-flight allocation and removes the pod from `reservedFor` (the allocation stays,
+    as kube leaves it)."""
     c = cluster([worker(), claim(), device_class(), worker_slice()])
     c.binder.fail_bind = True
     decision = c.schedule(with_claim())
     assert decision.outcome == "assumed"
     written = c.claim(CLAIM)
-    assert written.reserved_for_pod(UID)  # PreBind ran before the failed Bind
+    assert not written.reserved_for_pod(UID) and written.reserved_for == ()
+    assert written.allocation is not None and written.allocation.to_api() == ALLOCATION
+    assert c.binder.claim_writes == [f"default/{CLAIM}", f"unreserve default/{CLAIM}"]
     assert not c.cache.snapshot.storage.dra.has_pending(written.uid)
+
+
+def test_bind_failure() -> None:
+    """`bind-failure`: an allocated claim reserved for the pod at PreBind; the binding
+    fails and Unreserve leaves `reservedFor` empty."""
+    c = cluster([worker(), claim(allocation=GOOD)])
+    c.binder.fail_bind = True
+    assert c.schedule(with_claim()).outcome == "assumed"
+    written = c.claim(CLAIM)
+    assert written.reserved_for == ()
+    assert written.allocation is not None and written.allocation.to_api() == GOOD
+
+
+def test_wrong_topology_deallocates() -> None:
+    """`wrong-topology`: the claim is allocated where the pod cannot go and reserved for
+    nobody: PostFilter deallocates it (allocation and reservedFor cleared)."""
+    c = cluster([worker(), claim(allocation=WRONG)])
+    decision = c.schedule(with_claim())
+    assert decision.outcome == "unschedulable"
+    written = c.claim(CLAIM)
+    assert written.allocation is None and written.reserved_for == ()
+    assert c.binder.claim_writes == [f"deallocate default/{CLAIM}"]
+
+
+def test_wrong_topology_reserved_elsewhere_stays() -> None:
+    """A claim reserved for another pod is not deallocated: `still not schedulable`."""
+    other = claim(allocation=WRONG)
+    other["status"]["reservedFor"] = [{"resource": "pods", "name": "other", "uid": "9"}]
+    c = cluster([worker(), other])
+    decision = c.schedule(with_claim())
+    assert f". {STILL}, preemption: " in (decision.message or "")
+    assert c.claim(CLAIM).allocation is not None
+    assert c.binder.claim_writes == []

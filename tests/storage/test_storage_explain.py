@@ -82,7 +82,8 @@ def test_explain_cli_reports_a_missing_resource_claim(tmp_path: Path) -> None:
     assert doc["node"] is None
     assert doc["message"] == (
         '0/2 nodes are available: resourceclaim.resource.k8s.io "missing" not found. '
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is "
+        "not helpful for scheduling."
     )
 
 

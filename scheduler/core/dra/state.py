@@ -57,6 +57,8 @@ __all__ = [
     "NodeChoice",
     "NodeChoices",
     "claim_with_status",
+    "deallocate_claim_in_memory",
+    "unreserve_claim_in_memory",
     "write_claim_in_memory",
 ]
 
@@ -385,6 +387,54 @@ def write_claim_in_memory(
         raise ClaimWriteError(f'resourceclaims.resource.k8s.io "{claim.name}" not found')
     obj = claim_with_status(latest.raw, allocation, pod_name, pod_uid)
     obj["metadata"]["resourceVersion"] = str(_version(latest.resource_version) + 1)
+    written = ResourceClaim.from_object(obj)
+    dra.set_claim(written)
+    return written
+
+
+def deallocate_claim_in_memory(dra: DraState, claim: ResourceClaim) -> ResourceClaim:
+    """The in-memory API's answer to PostFilter's deallocation (an UpdateStatus of the
+    claim PreFilter saw): allocation and reservedFor cleared, stored as the API's new
+    version; the API's conflict when the claim changed since."""
+    latest = dra.claims.get(claim.key)
+    if latest is None:
+        raise ClaimWriteError(f'resourceclaims.resource.k8s.io "{claim.name}" not found')
+    if latest.resource_version != claim.resource_version:
+        raise ClaimWriteError(
+            f'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "{claim.name}": '
+            "the object has been modified; please apply your changes to the latest version "
+            "and try again"
+        )
+    obj = copy.deepcopy(dict(latest.raw))
+    status = dict(obj.get("status") or {})
+    status.pop("allocation", None)
+    status.pop("reservedFor", None)
+    obj["status"] = status
+    obj.setdefault("metadata", {})["resourceVersion"] = str(_version(latest.resource_version) + 1)
+    written = ResourceClaim.from_object(obj)
+    dra.set_claim(written)
+    return written
+
+
+def unreserve_claim_in_memory(dra: DraState, claim: ResourceClaim, pod_uid: str) -> ResourceClaim:
+    """The in-memory API's answer to Unreserve's patch: the pod's entries removed from
+    `status.reservedFor` of the latest claim, stored as the API's new version."""
+    latest = dra.claims.get(claim.key)
+    if latest is None:
+        raise ClaimWriteError(f'resourceclaims.resource.k8s.io "{claim.name}" not found')
+    obj = copy.deepcopy(dict(latest.raw))
+    status = dict(obj.get("status") or {})
+    reserved = [
+        r
+        for r in status.get("reservedFor") or []
+        if not (isinstance(r, Mapping) and str(r.get("uid") or "") == pod_uid)
+    ]
+    if reserved:
+        status["reservedFor"] = reserved
+    else:
+        status.pop("reservedFor", None)
+    obj["status"] = status
+    obj.setdefault("metadata", {})["resourceVersion"] = str(_version(latest.resource_version) + 1)
     written = ResourceClaim.from_object(obj)
     dra.set_claim(written)
     return written
