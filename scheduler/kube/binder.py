@@ -73,6 +73,16 @@ class KubeBinder:
         status subresource, retried on a conflict (`claims.write_claim_status`)."""
         return await claims.write_claim_status(self.client, claim, allocation, pod)
 
+    async def deallocate_claim(self, claim: ResourceClaim) -> ResourceClaim:
+        """DynamicResources' PostFilter: the claim's allocation cleared on the version
+        PreFilter saw (`claims.deallocate_claim`)."""
+        return await claims.deallocate_claim(self.client, claim)
+
+    async def unreserve_claim(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim:
+        """DynamicResources' Unreserve: the pod out of `status.reservedFor`
+        (`claims.unreserve_claim`)."""
+        return await claims.unreserve_claim(self.client, claim, pod)
+
     async def _post(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
         def still_wanted() -> bool:
             return self.still_wanted(pod, node)

@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from scheduler.assembly import assemble
 from scheduler.core.cache import Cache
-from scheduler.core.dra.state import FINALIZER
+from scheduler.core.dra.state import FINALIZER, ClaimWriteError
 from scheduler.core.dra.types import AllocationResult, ResourceClaim
-from scheduler.core.framework import BindOutcome, BindResult
+from scheduler.core.framework import BindOutcome, BindResult, ClaimStatusEditor, ClaimStatusWriter
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.storage import STORAGE_KINDS
-from scheduler.kube.claims import write_claim_status
+from scheduler.kube.binder import KubeBinder
+from scheduler.kube.claims import deallocate_claim, unreserve_claim, write_claim_status
 from scheduler.kube.client import KubeClient
 from tests.dra.objects import claim, claim_pod, device_class, gpu_node, gpu_slice, request
 from tests.emulator import NODES, PODS, Emulator
@@ -124,3 +127,48 @@ def test_claim_status_write_retries_after_a_conflict(emulator: Emulator) -> None
     assert asyncio.run(_schedule(emulator, "default/trainer", someone_else_writes)) == "bound"
     written = _check(emulator, made["pod"])
     assert written["metadata"]["labels"] == {"x": "y"}
+
+
+async def _with_client(emulator: Emulator, call: Any) -> Any:
+    client = KubeClient.for_url(emulator.url)
+    try:
+        return await call(client)
+    finally:
+        await client.close()
+
+
+def test_the_kubernetes_binder_edits_claims() -> None:
+    assert issubclass(KubeBinder, ClaimStatusWriter)
+    assert issubclass(KubeBinder, ClaimStatusEditor)
+
+
+def test_unreserve_removes_only_the_pod_from_the_latest_claim(emulator: Emulator) -> None:
+    made = _setup(emulator)
+    assert asyncio.run(_schedule(emulator, "default/trainer")) == "bound"
+    seen = ResourceClaim.from_object(emulator.get(RESOURCE_CLAIMS_V1, "train", "default"))
+    emulator.patch(RESOURCE_CLAIMS_V1, "train", {"metadata": {"labels": {"x": "y"}}}, "default")
+    pod = PodInfo.from_object(made["pod"])
+
+    out = asyncio.run(_with_client(emulator, lambda c: unreserve_claim(c, seen, pod)))
+
+    stored = emulator.get(RESOURCE_CLAIMS_V1, "train", "default")
+    assert "reservedFor" not in stored["status"] and out.reserved_for == ()
+    assert stored["status"]["allocation"] == seen.raw["status"]["allocation"]  # kept, as kube
+    assert stored["metadata"]["labels"] == {"x": "y"}  # the write after a conflict kept it
+
+
+def test_deallocate_writes_the_version_postfilter_saw_or_fails(emulator: Emulator) -> None:
+    _setup(emulator)
+    assert asyncio.run(_schedule(emulator, "default/trainer")) == "bound"
+    seen = ResourceClaim.from_object(emulator.get(RESOURCE_CLAIMS_V1, "train", "default"))
+    emulator.patch(RESOURCE_CLAIMS_V1, "train", {"metadata": {"labels": {"x": "y"}}}, "default")
+
+    with pytest.raises(ClaimWriteError, match="deallocate claim default/train"):
+        asyncio.run(_with_client(emulator, lambda c: deallocate_claim(c, seen)))
+    assert "allocation" in emulator.get(RESOURCE_CLAIMS_V1, "train", "default")["status"]
+
+    fresh = ResourceClaim.from_object(emulator.get(RESOURCE_CLAIMS_V1, "train", "default"))
+    out = asyncio.run(_with_client(emulator, lambda c: deallocate_claim(c, fresh)))
+    stored = emulator.get(RESOURCE_CLAIMS_V1, "train", "default")
+    assert "allocation" not in stored["status"] and "reservedFor" not in stored["status"]
+    assert out.allocation is None

@@ -58,7 +58,9 @@ __all__ = [
     "NodeChoices",
     "claim_with_status",
     "deallocate_claim_in_memory",
+    "deallocated",
     "unreserve_claim_in_memory",
+    "unreserved",
     "write_claim_in_memory",
 ]
 
@@ -392,6 +394,34 @@ def write_claim_in_memory(
     return written
 
 
+def deallocated(current: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim PostFilter writes to deallocate it (kube: allocation and reservedFor
+    cleared on the version PreFilter saw)."""
+    obj = copy.deepcopy(dict(current))
+    status = dict(obj.get("status") or {})
+    status.pop("allocation", None)
+    status.pop("reservedFor", None)
+    obj["status"] = status
+    return obj
+
+
+def unreserved(current: Mapping[str, Any], pod_uid: str) -> dict[str, Any]:
+    """The claim without the pod's entries in `status.reservedFor` (Unreserve)."""
+    obj = copy.deepcopy(dict(current))
+    status = dict(obj.get("status") or {})
+    reserved = [
+        r
+        for r in status.get("reservedFor") or []
+        if not (isinstance(r, Mapping) and str(r.get("uid") or "") == pod_uid)
+    ]
+    if reserved:
+        status["reservedFor"] = reserved
+    else:
+        status.pop("reservedFor", None)
+    obj["status"] = status
+    return obj
+
+
 def deallocate_claim_in_memory(dra: DraState, claim: ResourceClaim) -> ResourceClaim:
     """The in-memory API's answer to PostFilter's deallocation (an UpdateStatus of the
     claim PreFilter saw): allocation and reservedFor cleared, stored as the API's new
@@ -405,11 +435,7 @@ def deallocate_claim_in_memory(dra: DraState, claim: ResourceClaim) -> ResourceC
             "the object has been modified; please apply your changes to the latest version "
             "and try again"
         )
-    obj = copy.deepcopy(dict(latest.raw))
-    status = dict(obj.get("status") or {})
-    status.pop("allocation", None)
-    status.pop("reservedFor", None)
-    obj["status"] = status
+    obj = deallocated(latest.raw)
     obj.setdefault("metadata", {})["resourceVersion"] = str(_version(latest.resource_version) + 1)
     written = ResourceClaim.from_object(obj)
     dra.set_claim(written)
@@ -422,18 +448,7 @@ def unreserve_claim_in_memory(dra: DraState, claim: ResourceClaim, pod_uid: str)
     latest = dra.claims.get(claim.key)
     if latest is None:
         raise ClaimWriteError(f'resourceclaims.resource.k8s.io "{claim.name}" not found')
-    obj = copy.deepcopy(dict(latest.raw))
-    status = dict(obj.get("status") or {})
-    reserved = [
-        r
-        for r in status.get("reservedFor") or []
-        if not (isinstance(r, Mapping) and str(r.get("uid") or "") == pod_uid)
-    ]
-    if reserved:
-        status["reservedFor"] = reserved
-    else:
-        status.pop("reservedFor", None)
-    obj["status"] = status
+    obj = unreserved(latest.raw, pod_uid)
     obj.setdefault("metadata", {})["resourceVersion"] = str(_version(latest.resource_version) + 1)
     written = ResourceClaim.from_object(obj)
     dra.set_claim(written)
