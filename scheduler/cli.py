@@ -142,6 +142,14 @@ def _add_simulate(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
         help="topo+ policies: hold capacity for a pod group that would fit once running pods "
         "end, each reservation for at most SECONDS (default 0: none)",
     )
+    p.add_argument(
+        "--gpu-request",
+        choices=("extended", "dra"),
+        default=None,
+        help="how GPU jobs ask for GPUs and GPU nodes publish them, unless they say: "
+        "nvidia.com/gpu (extended) or a ResourceClaim on NVIDIA's DRA driver's slices (dra); "
+        "default: the scenario's gpuRequest",
+    )
 
 
 def _add_agent(sub: argparse._SubParsersAction[_OneLineParser]) -> None:

@@ -110,18 +110,20 @@ def _scenario(args: argparse.Namespace) -> tuple[Scenario, TraceReplay | None]:
     trace_path: str | None = getattr(args, "trace", None)
     cluster: str | None = getattr(args, "cluster", None)
     window_text: str | None = getattr(args, "window", None)
+    request: str | None = getattr(args, "gpu_request", None)
     if trace_path is None:
         if cluster is not None:
             raise ScenarioError("--cluster: only with --trace (else give the scenario file)")
         if window_text is not None:
             raise ScenarioError("--window: only with --trace")
-        return load_scenario(args.scenario or bundled_scenario_path(), seed=args.seed), None
+        path = args.scenario or bundled_scenario_path()
+        return load_scenario(path, seed=args.seed, gpu_request=request), None
     if cluster is None:
         raise ScenarioError("--trace: needs --cluster SCENARIO.yaml (the nodes to replay it on)")
     if args.scenario is not None:
         raise ScenarioError(f"{args.scenario}: with --trace, give the scenario as --cluster")
     window = parse_window(window_text) if window_text is not None else (0.0, None)
-    scenario = load_scenario(cluster, seed=args.seed, jobs_required=False)
+    scenario = load_scenario(cluster, seed=args.seed, jobs_required=False, gpu_request=request)
     rows = load_trace(trace_path)
     replay = replay_on(scenario, rows, trace_path, window)
     try:

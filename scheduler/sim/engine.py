@@ -25,6 +25,7 @@ counted per priority.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import time
 from collections import Counter
@@ -35,7 +36,12 @@ from typing import Any
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config, load_config
 from scheduler.core.cycle import CycleHooks, Scheduler, drive
-from scheduler.core.dra.state import write_claim_in_memory
+from scheduler.core.dra.state import (
+    DRA_KINDS,
+    deallocate_claim_in_memory,
+    unreserve_claim_in_memory,
+    write_claim_in_memory,
+)
 from scheduler.core.dra.types import AllocationResult, ResourceClaim
 from scheduler.core.framework import (
     BindOutcome,
@@ -54,12 +60,15 @@ from scheduler.core.topology.device_plugin import device_plugin_set
 from scheduler.core.topology.schema import (
     ANNOTATION_ASSIGNMENTS,
     ANNOTATION_GPUS,
+    ANNOTATION_TOPOLOGY,
     Topology,
     format_assignments,
     format_gpu_indices,
     parse_gpu_indices,
+    parse_topology,
 )
 from scheduler.core.topology.scoring import mask_to_indices
+from scheduler.sim.dra import claim_for
 from scheduler.sim.gangs import GangTracker
 from scheduler.sim.network import NetworkModel, scheduler_network
 from scheduler.sim.policies import (
@@ -176,6 +185,7 @@ class _Kubelet:
     topology: Topology | None
     used: Counter[str] = field(default_factory=Counter)
     gpu_sets: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pod uid -> GPUs
+    dra_gpus: int = 0  # GPUs published in a ResourceSlice (gpuDriver: dra), not allocatable
 
     @property
     def gpu_mask(self) -> int:
@@ -187,11 +197,13 @@ class _Kubelet:
 
     @property
     def gpu_count(self) -> int:
-        return self.allocatable.get(GPU_RESOURCE, 0)
+        return self.allocatable.get(GPU_RESOURCE, 0) or self.dra_gpus
 
     def free_gpus(self) -> int:
         if self.topology is not None:
             return (self.topology.allocatable_mask & ~self.gpu_mask).bit_count()
+        if self.dra_gpus:
+            return self.dra_gpus - self.gpu_mask.bit_count()
         return self.gpu_count - self.used[GPU_RESOURCE]
 
 
@@ -238,6 +250,8 @@ class Simulation:
         # topo-scheduler's decisions on nodes whose device plugin ignores the recorded set and
         # picks as NVIDIA's does (the stock device plugin does exactly that).
         self.honors_gpu_set = policy != TOPO_NVIDIA_DP
+        # topo-scheduler's cluster: the agent's GPU topology annotation on every GPU node
+        self.topology_aware = policy in (TOPO, TOPO_NVIDIA_DP)
         # queues (ElasticQuotas) are enforced by topo-scheduler's policies only: kube-scheduler
         # has no quotas; without a configuration they order by fair share
         self.queues = bool(scenario.queues) and policy in (TOPO, TOPO_NVIDIA_DP)
@@ -358,14 +372,31 @@ class Simulation:
     # ------------------------------------------------------------------ setup
 
     def _setup(self) -> None:
+        dra_objects = self.scenario.dra_objects()
+        dra_nodes = {
+            o["spec"]["nodeName"]: len(o["spec"]["devices"])
+            for o in dra_objects
+            if o["kind"] == "ResourceSlice"
+        }
+        storage = self.cache.snapshot.storage
+        for dra_object in dra_objects:  # NVIDIA's driver, and the users' templates
+            storage.add(DRA_KINDS[dra_object["kind"]].from_object(dra_object))
         for obj in self.scenario.node_objects():
             info = NodeInfo.from_object(obj)
             topology = None
+            if info.name in dra_nodes and not self.topology_aware:
+                # kube-scheduler's cluster has no GPU graph on its Nodes: kube's allocator
+                # takes the first devices that fit; the kubelet still knows its GPUs
+                topology = parse_topology(obj["metadata"]["annotations"][ANNOTATION_TOPOLOGY])
+                stripped = copy.deepcopy(obj)
+                stripped["metadata"]["annotations"].pop(ANNOTATION_TOPOLOGY, None)
+                info = NodeInfo.from_object(stripped)
             if info.name not in self.kubelets:
                 self.cache.add_node(info)
                 slot = self.cache.snapshot.index[info.name]
-                topology = self.cache.gpus.topology[slot]
+                topology = self.cache.gpus.topology[slot] or topology
             kubelet = _Kubelet(info.name, obj, dict(info.allocatable), topology)
+            kubelet.dra_gpus = dra_nodes.get(info.name, 0)
             self.kubelets[info.name] = kubelet
             self.total_gpus += kubelet.gpu_count
         if self.queues:
@@ -450,9 +481,27 @@ class Simulation:
 
     # ------------------------------------------------------------------ events
 
+    def _create_claim(self, job: Job, obj: dict[str, Any]) -> None:
+        """kube's resourceclaim controller: a DRA job's pod gets its claim from the template
+        (named in the pod's status) before the scheduler sees the pod."""
+        if job.dra and job.gpus:
+            claim = claim_for(obj, job.gpus)
+            self.cache.snapshot.storage.add(ResourceClaim.from_object(claim))
+
+    def _delete_claims(self, pod: PodInfo) -> None:
+        """kube's resourceclaim controller when a pod is gone: the claims made for it from
+        templates (owned by it) are deleted, which frees their devices (the pod's own claims
+        are reserved for it alone, so nothing else is written first). Scenario jobs name no
+        shared claim."""
+        storage = self.cache.snapshot.storage
+        for entry in pod.resource_claims:
+            if entry.claim and entry.template:
+                storage.remove(ResourceClaim, f"{pod.namespace}/{entry.claim}")
+
     def _arrive(self, key: str) -> None:
         record = self.records[key]
         obj = record.job.pod_object(self.scheduler_name)
+        self._create_claim(record.job, obj)
         self.pod_objects[key] = obj
         pod = PodInfo.from_object(obj)
         record.state = "pending"
@@ -489,6 +538,7 @@ class Simulation:
         self._release(key)
         obj = job.pod_object(self.scheduler_name)
         obj["metadata"]["uid"] = f"{obj['metadata']['uid']}-{record.preemptions}"
+        self._create_claim(job, obj)
         self.pod_objects[key] = obj
         record.state = "pending"
         self._pending_sizes[job.gpus] += 1
@@ -500,14 +550,18 @@ class Simulation:
         self._completion.pop(key, None)
         self.pod_objects.pop(key)
         pod = self._bound.pop(key)
-        self._namespace_gpus(pod.namespace, -int(pod.requests.get(GPU_RESOURCE, 0)))
+        self._namespace_gpus(pod.namespace, -record.job.gpus)
         node = record.node
         assert node is not None
         kubelet = self.kubelets[node]
         for name, amount in pod.requests.items():
             kubelet.used[name] -= amount
         held = kubelet.gpu_sets.pop(pod.uid, None)
-        if held is not None and (ANNOTATION_GPUS not in pod.annotations or not self.honors_gpu_set):
+        if held is not None and pod.resource_claims:
+            self._delete_claims(pod)
+        elif held is not None and (
+            ANNOTATION_GPUS not in pod.annotations or not self.honors_gpu_set
+        ):
             self._publish_assignments(kubelet)
         # The pod is deleted: the watch reports it, the cache forgets it, and a deleted
         # assigned pod is a cluster event that may help unschedulable pods.
@@ -527,17 +581,17 @@ class Simulation:
                 gpus
             )
         obj["spec"]["nodeName"] = node
-        obj["status"] = {"phase": "Running"}
+        obj["status"] = {**obj.get("status", {}), "phase": "Running"}
         bound = PodInfo.from_object(obj)
         kubelet = self.kubelets[node]
         free_before = None
         if kubelet.topology is not None:
             free_before = kubelet.topology.allocatable_mask & ~kubelet.gpu_mask
         held = self._admit(kubelet, bound)
-        self._namespace_gpus(bound.namespace, int(bound.requests.get(GPU_RESOURCE, 0)))
+        self._namespace_gpus(bound.namespace, self.records[key].job.gpus)
         self._bound[key] = bound
         self.cache.add_pod(bound)  # the watch reports the bound pod
-        if held and (not gpus or not self.honors_gpu_set):
+        if held and not bound.resource_claims and (not gpus or not self.honors_gpu_set):
             self._publish_assignments(kubelet)
         record = self.records[key]
         record.state = "running"
@@ -599,6 +653,8 @@ class Simulation:
                 )
         for name, amount in pod.requests.items():
             kubelet.used[name] += amount
+        if pod.resource_claims:
+            return self._prepare_claims(kubelet, pod)
         count = pod.requests.get(GPU_RESOURCE, 0)
         if count <= 0 or kubelet.topology is None:
             return ()
@@ -618,6 +674,36 @@ class Simulation:
             )
         kubelet.gpu_sets[pod.uid] = gpus
         return gpus
+
+    def _prepare_claims(self, kubelet: _Kubelet, pod: PodInfo) -> tuple[int, ...]:
+        """The DRA driver's NodePrepareResources: the devices allocated to the pod's claims,
+        which must be on this node, reserved for the pod and held by no other pod."""
+        dra = self.cache.snapshot.storage.dra
+        gpus: list[int] = []
+        for entry in pod.resource_claims:
+            claim = dra.claim(pod.namespace, entry.claim) if entry.claim else None
+            if claim is None or claim.allocation is None or not claim.reserved_for_pod(pod.uid):
+                raise InvariantError(
+                    f"t={self.now:.0f}s: kubelet on {kubelet.name} cannot prepare claim "
+                    f"{entry.claim!r} of {pod.key}: not allocated and reserved for it"
+                )
+            for device in claim.allocation.devices:
+                if device.id.pool != kubelet.name or not device.id.device.startswith("gpu-"):
+                    raise InvariantError(
+                        f"t={self.now:.0f}s: kubelet on {kubelet.name} cannot prepare device "
+                        f"{device.id} of claim {claim.key}: not one of its GPUs"
+                    )
+                gpus.append(int(device.id.device.removeprefix("gpu-")))
+        held = tuple(sorted(gpus))
+        mask = sum(1 << g for g in held)
+        if mask & kubelet.gpu_mask or len(set(held)) != len(held):
+            raise InvariantError(
+                f"t={self.now:.0f}s: kubelet on {kubelet.name}: {pod.key}'s claim devices "
+                f"{list(held)} are held already ({list(mask_to_indices(kubelet.gpu_mask))})"
+            )
+        if held:
+            kubelet.gpu_sets[pod.uid] = held
+        return held
 
     def _publish_assignments(self, kubelet: _Kubelet) -> None:
         """The node agent: the kubelet's GPU assignments on the Node, seen by the cache.
@@ -696,7 +782,19 @@ class Simulation:
                 if mask & seen:
                     raise InvariantError(f"t={self.now:.0f}s: node {name}: GPU held twice ({uid})")
                 seen |= mask
-            if kubelet.topology is not None:
+            if kubelet.dra_gpus:  # the claims' devices, as the scheduler's cache holds them
+                allocated = sum(
+                    1 << int(d.device.removeprefix("gpu-"))
+                    for d in self.cache.snapshot.storage.dra.allocated_devices()
+                    if d.pool == name
+                )
+                if allocated != seen:
+                    raise InvariantError(
+                        f"t={self.now:.0f}s: node {name}: claims hold GPUs "
+                        f"{list(mask_to_indices(allocated))} != kubelet "
+                        f"{list(mask_to_indices(seen))}"
+                    )
+            elif kubelet.topology is not None:
                 if seen & ~kubelet.topology.allocatable_mask:
                     raise InvariantError(f"t={self.now:.0f}s: node {name}: GPU out of range")
                 if int(self.cache.gpus.used[slot]) != seen:
@@ -726,6 +824,15 @@ class _ClusterBinder:
         """The in-memory API's claim status write (`ClaimStatusWriter`)."""
         dra = self.sim.cache.snapshot.storage.dra
         return write_claim_in_memory(dra, claim, allocation, pod.name, pod.uid)
+
+    async def deallocate_claim(self, claim: ResourceClaim) -> ResourceClaim | None:
+        """The in-memory API's deallocation (`ClaimStatusEditor`, DynamicResources'
+        PostFilter)."""
+        return deallocate_claim_in_memory(self.sim.cache.snapshot.storage.dra, claim)
+
+    async def unreserve_claim(self, claim: ResourceClaim, pod: PodInfo) -> ResourceClaim | None:
+        """The in-memory API's removal of the pod from `reservedFor` (Unreserve)."""
+        return unreserve_claim_in_memory(self.sim.cache.snapshot.storage.dra, claim, pod.uid)
 
 
 class _Observer(CycleHooks):

@@ -40,11 +40,15 @@ from scheduler.core.topology.schema import (
     format_topology,
     topology_from_dict,
 )
+from scheduler.sim import dra as sim_dra
+from scheduler.sim.dra import claim_template_name
 
 __all__ = [
     "DEFAULT_COMM",
     "DEFAULT_INTER_NODE_GBPS",
     "EPOCH",
+    "GPU_DRIVERS",
+    "GPU_REQUESTS",
     "GPU_RESOURCE",
     "JOB_TIME_REFERENCES",
     "MAX_NETWORK_GBPS",
@@ -70,7 +74,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 _TOP_FIELDS = {
     "name", "description", "seed", "nodes", "jobs", "checkpointInterval", "coreBandwidth",
-    "jobTimeReference", "queues", "traceNamespaces",
+    "jobTimeReference", "queues", "traceNamespaces", "gpuRequest",
 }  # fmt: skip
 # Scenario sizes are bounded so a typo cannot make `simulate` run for hours.
 _MAX_COUNT = 1_000_000
@@ -84,15 +88,17 @@ MAX_SECONDS = 10 * 365 * 86_400
 """Times and durations: at most ten years of simulated seconds."""
 _NODE_FIELDS = {
     "name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint",
-    "interNodeBandwidth", "network",
+    "interNodeBandwidth", "network", "gpuDriver",
 }  # fmt: skip
 _JOB_FIELDS = {
     "name", "arrival", "duration", "gpus", "cpu", "memory", "cpuPerGpu", "memoryPerGpu",
     "placement", "priority", "count", "interval", "comm", "workers", "topology", "namespace",
+    "gpuRequest",
 }  # fmt: skip
 _GEN_FIELDS = {
     "generate", "namePrefix", "arrivals", "duration", "gpus", "cpu", "memory", "cpuPerGpu",
     "memoryPerGpu", "placement", "priority", "comm", "workers", "topology", "namespace",
+    "gpuRequest",
 }  # fmt: skip
 DEFAULT_COMM = 0.3
 """Share of a multi-GPU job's best-case time spent in communication, unless it says."""
@@ -101,6 +107,12 @@ DEFAULT_INTER_NODE_GBPS = 50.0
 InfiniBand), unless the template says; each GPU of the node gets its share (one rail each)."""
 MAX_NETWORK_GBPS = 1_000.0
 """Ceiling of a network bandwidth figure (GB/s), as for the GPU link figures."""
+GPU_REQUESTS = ("extended", "dra")
+"""How GPU jobs ask for GPUs: the extended resource `nvidia.com/gpu` (a device plugin), or a
+ResourceClaim made from a ResourceClaimTemplate (Dynamic Resource Allocation)."""
+GPU_DRIVERS = ("device-plugin", "dra")
+"""How a GPU node publishes its GPUs: `nvidia.com/gpu` in its allocatable (a device plugin),
+or a ResourceSlice of NVIDIA's DRA driver (`gpu.nvidia.com`)."""
 JOB_TIME_REFERENCES = ("cluster", "node-type")
 """What a job's run time is measured against (docs/simulator.md): the best placement of its
 shape anywhere in the cluster (default), or on the node type(s) it landed on."""
@@ -124,6 +136,7 @@ class NodeTemplate:
     network: tuple[tuple[str, int], ...] = ()
     # GB/s per GPU to peers whose narrowest shared domain is of that level (label key)
     level_gbps: tuple[tuple[str, float], ...] = ()
+    dra: bool = False  # GPUs published as a ResourceSlice (gpuDriver: dra), not nvidia.com/gpu
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,7 @@ class Job:
     workers: int = 1  # the job's workers (the group's minMember)
     topology: tuple[str, str] | None = None  # ("required" | "preferred", node label key)
     namespace: str = "default"
+    dra: bool = False  # GPUs asked through a ResourceClaim (gpuRequest: dra)
 
     @property
     def key(self) -> str:
@@ -169,7 +183,13 @@ class Job:
                 }
             ],
         }
-        if self.gpus:
+        if self.gpus and self.dra:  # a claim from the template of its GPU count
+            spec["resourceClaims"] = [
+                {"name": sim_dra.CLAIM, "resourceClaimTemplateName": claim_template_name(self.gpus)}
+            ]
+            spec["containers"][0]["resources"]["claims"] = [{"name": sim_dra.CLAIM}]
+            spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
+        elif self.gpus:
             requests[GPU_RESOURCE] = str(self.gpus)
             spec["containers"][0]["resources"]["limits"] = {GPU_RESOURCE: str(self.gpus)}
             spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
@@ -244,6 +264,7 @@ class Scenario:
     queues: list[Queue] = field(default_factory=list)  # one ElasticQuota per namespace
     # where trace jobs go: (namespace, least GPUs of the whole job), first match wins
     trace_namespaces: list[tuple[str, int]] = field(default_factory=list)
+    gpu_request: str = "extended"  # how trace jobs ask for GPUs (one of GPU_REQUESTS)
 
     def namespace_for(self, gpus: int) -> str:
         """The namespace of a trace job of `gpus` GPUs in all (`traceNamespaces`)."""
@@ -270,7 +291,12 @@ class Scenario:
             for i in range(t.count):
                 name = f"{t.name}-{i}"
                 annotations: dict[str, str] = {}
-                if t.topology is not None:
+                allocatable = dict(t.resources)
+                if t.dra and t.topology is not None:  # GPUs in a ResourceSlice, not allocatable
+                    allocatable.pop(GPU_RESOURCE, None)
+                    topology = sim_dra.with_identities(name, t.topology)
+                    annotations[ANNOTATION_TOPOLOGY] = format_topology(topology)
+                elif t.topology is not None:
                     annotations[ANNOTATION_TOPOLOGY] = format_topology(t.topology)
                 labels = {"kubernetes.io/hostname": name, **t.labels}
                 for key, per in t.network:  # e.g. racks of 4 nodes under spines of 8
@@ -281,10 +307,30 @@ class Scenario:
                         "kind": "Node",
                         "metadata": {"name": name, "labels": labels, "annotations": annotations},
                         "spec": {"taints": [dict(x) for x in t.taints]},
-                        "status": {"allocatable": dict(t.resources)},
+                        "status": {"allocatable": allocatable},
                     }
                 )
         return out
+
+    def dra_objects(self) -> list[dict[str, Any]]:
+        """The DRA objects of the cluster: NVIDIA's DeviceClass and one ResourceSlice per DRA
+        node (`gpuDriver: dra`), a ResourceClaimTemplate per namespace and GPU count of the
+        DRA jobs (`gpuRequest: dra`); none when neither exists (`scheduler.sim.dra`)."""
+        slices = [
+            sim_dra.node_slice(f"{t.name}-{i}", t.topology)
+            for t in self.templates
+            if t.dra and t.topology is not None
+            for i in range(t.count)
+        ]
+        shapes = sorted({(j.namespace, j.gpus) for j in self.jobs if j.dra and j.gpus})
+        if not slices and not shapes:
+            return []
+        templates = [sim_dra.claim_template(ns, gpus) for ns, gpus in shapes]
+        return [sim_dra.device_class(), *slices, *templates]
+
+    @property
+    def uses_dra(self) -> bool:
+        return any(t.dra for t in self.templates) or any(j.dra for j in self.jobs)
 
     @property
     def network_levels(self) -> tuple[str, ...]:
@@ -451,6 +497,14 @@ def _comm(value: Any, path: str) -> float | None:
     return share
 
 
+def _choice(value: Any, path: str, allowed: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str) or value not in allowed:
+        raise ScenarioError(f"{path}: must be {' or '.join(allowed)}, got {value!r}")
+    return value
+
+
 def _placement(value: Any, path: str) -> str | None:
     if value is None:
         return None
@@ -487,7 +541,7 @@ def _topology(value: Any, path: str) -> tuple[Topology | None, str]:
     )
 
 
-def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
+def _node_template(raw: Any, i: int, seen: set[str], gpu_request: str = "extended") -> NodeTemplate:
     path = f"nodes[{i}]"
     data = _mapping(raw, path, required=True)
     _no_unknown(data, _NODE_FIELDS, path)
@@ -549,9 +603,21 @@ def _node_template(raw: Any, i: int, seen: set[str]) -> NodeTemplate:
     if inter_node <= 0:
         raise ScenarioError(f"{path}.interNodeBandwidth: must be > 0 (GB/s), got {inter_node:g}")
     network, level_gbps = _network(data.get("network"), f"{path}.network")
+    default = "dra" if gpu_request == "dra" and topology is not None else "device-plugin"
+    driver = _choice(data.get("gpuDriver"), f"{path}.gpuDriver", GPU_DRIVERS, default)
+    if driver == "dra":
+        if topology is None:
+            raise ScenarioError(
+                f"{path}.gpuDriver: dra needs gpuTopology (the ResourceSlice is made from it)"
+            )
+        if resource_value(GPU_RESOURCE, resources[GPU_RESOURCE]) != topology.size:
+            raise ScenarioError(
+                f"{path}.resources.{GPU_RESOURCE}: a dra node publishes all "
+                f"{topology.size} GPUs of gpuTopology, got {resources[GPU_RESOURCE]}"
+            )
     return NodeTemplate(
         name, count, resources, labels, taints, topology, topology_name, inter_node, network,
-        level_gbps,
+        level_gbps, driver == "dra",
     )  # fmt: skip
 
 
@@ -612,20 +678,8 @@ def as_workers(job: Job, workers: int, topology: tuple[str, str] | None) -> list
     if workers <= 1:
         return [job]
     return [
-        Job(
-            worker_name(job.name, k),
-            job.arrival,
-            job.duration,
-            job.gpus,
-            job.cpu,
-            job.memory,
-            job.placement,
-            job.priority,
-            job.comm,
-            job.name,
-            workers,
-            topology,
-            job.namespace,
+        dataclasses.replace(
+            job, name=worker_name(job.name, k), group=job.name, workers=workers, topology=topology
         )
         for k in range(workers)
     ]
@@ -649,8 +703,11 @@ def _requests(data: Mapping[str, Any], path: str, gpus: int) -> tuple[str, str]:
     return f"{millis}m", str(memory_bytes)
 
 
-def _explicit_jobs(data: Mapping[str, Any], path: str, room: _Room) -> list[Job]:
+def _explicit_jobs(
+    data: Mapping[str, Any], path: str, room: _Room, gpu_request: str = "extended"
+) -> list[Job]:
     _no_unknown(data, _JOB_FIELDS, path)
+    dra = _choice(data.get("gpuRequest"), f"{path}.gpuRequest", GPU_REQUESTS, gpu_request)
     name = _name(data.get("name"), f"{path}.name")
     arrival = _number(data.get("arrival"), f"{path}.arrival", default=0.0)
     duration = _number(data.get("duration"), f"{path}.duration")
@@ -680,6 +737,7 @@ def _explicit_jobs(data: Mapping[str, Any], path: str, room: _Room) -> list[Job]
             placement,
             priority,
             comm,
+            dra=dra == "dra",
         )
         for k in range(count)
     ]
@@ -701,9 +759,15 @@ def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]
 
 
 def _generated_jobs(
-    data: Mapping[str, Any], path: str, seed: int, index: int, room: _Room
+    data: Mapping[str, Any],
+    path: str,
+    seed: int,
+    index: int,
+    room: _Room,
+    gpu_request: str = "extended",
 ) -> list[Job]:
     _no_unknown(data, _GEN_FIELDS, path)
+    dra = _choice(data.get("gpuRequest"), f"{path}.gpuRequest", GPU_REQUESTS, gpu_request)
     count = _integer(data.get("generate"), f"{path}.generate")
     prefix = _name(data.get("namePrefix", f"job{index}"), f"{path}.namePrefix")
     arrivals = _mapping(data.get("arrivals"), f"{path}.arrivals")
@@ -777,6 +841,7 @@ def _generated_jobs(
             priority,
             comm,
             namespace=namespace,
+            dra=dra == "dra",
         )
         workers = int(worker_rng.choices(*zip(*worker_weights, strict=True))[0])
         room.take(workers, f"{path}.workers", f"job {job.name} of {workers:,} workers")
@@ -788,13 +853,21 @@ def _generated_jobs(
 
 
 def parse_scenario(
-    data: Any, *, source: str = "<scenario>", seed: int | None = None, jobs_required: bool = True
+    data: Any,
+    *,
+    source: str = "<scenario>",
+    seed: int | None = None,
+    jobs_required: bool = True,
+    gpu_request: str | None = None,
 ) -> Scenario:
-    """Validate a decoded scenario and expand it; `seed` overrides the scenario's own.
+    """Validate a decoded scenario and expand it; `seed` overrides the scenario's own, and
+    `gpu_request` (`--gpu-request`) its `gpuRequest`.
 
     `jobs_required=False`: the scenario may have no `jobs` (a cluster for a trace replay)."""
     top = _mapping(data, "scenario", required=True)
     _no_unknown(top, _TOP_FIELDS, "")
+    own_request = _choice(top.get("gpuRequest"), "gpuRequest", GPU_REQUESTS, "extended")
+    request = gpu_request if gpu_request is not None else own_request
     name = _string(top.get("name"), "name", default=Path(source).stem or "scenario")
     description = str(top.get("description") or "")
     own_seed = _integer(top.get("seed"), "seed", default=1)
@@ -803,7 +876,7 @@ def parse_scenario(
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise ScenarioError("nodes: must be a non-empty list of node templates")
     seen: set[str] = set()
-    templates = [_node_template(raw, i, seen) for i, raw in enumerate(raw_nodes)]
+    templates = [_node_template(raw, i, seen, request) for i, raw in enumerate(raw_nodes)]
     _check_nodes(sum(t.count for t in templates))
     room = _Room(sum(t.count for t in templates))  # pods, checked before they are made
     raw_jobs = top.get("jobs")
@@ -818,14 +891,15 @@ def parse_scenario(
         item = _mapping(raw, path, required=True)
         _within_job_limit(room, item, path)
         if "generate" in item:
-            made = _generated_jobs(item, path, used_seed, i, room)
+            made = _generated_jobs(item, path, used_seed, i, room, request)
         else:
-            made = _explicit_jobs(item, path, room)
+            made = _explicit_jobs(item, path, room, request)
         jobs.extend(made)
         entries.extend([i] * len(made))
     _unique_names(jobs, entries)
     jobs.sort(key=lambda j: (j.arrival, j.name))
     scenario = Scenario(name, used_seed, templates, jobs, description, source)
+    scenario.gpu_request = request
     scenario.checkpoint_interval = _number(
         top.get("checkpointInterval"), "checkpointInterval", default=0.0
     )
@@ -929,7 +1003,11 @@ def check_limits(scenario: Scenario) -> None:
 
 
 def load_scenario(
-    path: str | Path, *, seed: int | None = None, jobs_required: bool = True
+    path: str | Path,
+    *,
+    seed: int | None = None,
+    jobs_required: bool = True,
+    gpu_request: str | None = None,
 ) -> Scenario:
     """Read and validate a scenario file; errors start with the file name and the field."""
     source = str(path)
@@ -938,7 +1016,9 @@ def load_scenario(
     except InputError as exc:
         raise ScenarioError(str(exc)) from None
     try:
-        return parse_scenario(data, source=source, seed=seed, jobs_required=jobs_required)
+        return parse_scenario(
+            data, source=source, seed=seed, jobs_required=jobs_required, gpu_request=gpu_request
+        )
     except ScenarioError as exc:
         raise ScenarioError(f"{source}: {exc}") from None
 

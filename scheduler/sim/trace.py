@@ -327,6 +327,8 @@ def replay_on(
             f"{CPU_MILLIS_BASE + gpus * CPU_MILLIS_PER_GPU}m",
             f"{MEMORY_GIB_BASE + gpus * MEMORY_GIB_PER_GPU}Gi",
         )
+        if scenario.gpu_request == "dra":
+            job = dataclasses.replace(job, dra=True)
         namespace = row.namespace or scenario.namespace_for(row.gpus)
         if namespace != "default":
             job = dataclasses.replace(job, namespace=namespace)
