@@ -10,12 +10,22 @@ A domain's free capacity is counted in the group's own terms: how many more of i
 there (per node, the member's requests divided into what is free, on the nodes its filters
 pass), so a leaf that holds exactly the group is preferred to one that holds it twice over
 (bin packing, as KAI and Kueue's topology-aware scheduling do).
+
+A pod group whose members' ResourceClaims name a ComputeDomain (NVIDIA's DRA driver,
+`resource.nvidia.com/v1beta1`) needs one NVLink domain: the IMEX channels of a ComputeDomain
+connect GPUs of one clique only. The driver's controller makes a ResourceClaimTemplate per
+ComputeDomain whose request has the device class `compute-domain-default-channel.nvidia.com`
+(the daemon's: `compute-domain-daemon.nvidia.com`) and whose `spec.devices.config` carries an
+opaque configuration of driver `compute-domain.nvidia.com` with `domainID` (the
+ComputeDomain's uid); the claim made from it for each pod keeps that spec, so the claim names
+its ComputeDomain by `domainID` (`compute_domain`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,10 +34,12 @@ from scheduler.core.model import PodInfo
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 
 __all__ = [
+    "COMPUTE_DOMAIN_DRIVER",
     "NVLINK_CLIQUE",
     "DomainFilter",
     "DomainIndex",
     "Room",
+    "compute_domain",
     "domain_index",
     "member_room",
     "walk_levels",
@@ -36,7 +48,30 @@ __all__ = [
 NVLINK_CLIQUE = "nvidia.com/gpu.clique"
 """A multi-node NVLink domain (GB200 NVL72): the narrowest level when present."""
 
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+"""The driver of a ComputeDomain's channel and daemon claims (their opaque configuration)."""
+
 _NO_LIMIT = np.iinfo(np.int64).max // 4
+
+
+def compute_domain(pods: Iterable[PodInfo], dra: Any) -> str | None:
+    """The ComputeDomain (its uid, the `domainID` of the claims' configuration) named by the
+    first of `pods` whose existing ResourceClaims name one; None when none does. `dra`: the
+    cache's `DraState`."""
+    for pod in pods:
+        for entry in pod.resource_claims:
+            claim = dra.claim(pod.namespace, entry.claim) if entry.claim else None
+            for config in claim.config if claim is not None else ():
+                opaque = config.get("opaque")
+                if not isinstance(opaque, Mapping):
+                    continue
+                if opaque.get("driver") != COMPUTE_DOMAIN_DRIVER:
+                    continue
+                parameters = opaque.get("parameters")
+                domain = parameters.get("domainID") if isinstance(parameters, Mapping) else None
+                if isinstance(domain, str) and domain:
+                    return domain
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ from scheduler.core.domains import (
     DomainFilter,
     DomainIndex,
     Room,
+    compute_domain,
     domain_index,
     level_name,
     member_room,
@@ -158,6 +159,7 @@ class GroupSpec:
     min_resources: Mapping[str, int] = field(default_factory=dict)
     uid: str = ""
     anywhere: bool = False  # topology-anywhere: no domain preference without a request
+    compute_domain: str = ""  # the ComputeDomain the members' claims name (required: a clique)
 
     @property
     def key(self) -> str:
@@ -642,6 +644,13 @@ class GroupCycle:
             if placed:
                 message += f"; {len(placed)} of its pods are bound, the others wait for it"
             return [self._park(sched, popped, message, start)]
+        domain = compute_domain(
+            [*(q.pod for q in pending), *placed], sched.cache.snapshot.storage.dra
+        )
+        if domain is not None:  # one NVLink domain, whatever else the group asked
+            spec = dataclasses.replace(
+                spec, required=NVLINK_CLIQUE, preferred=None, compute_domain=domain
+            )
         now = self._now(sched)
         self._last_now = now
         held = self.reservations.held.get(gid)
@@ -972,12 +981,16 @@ class GroupCycle:
             candidates = [_Candidate(0, index, r, bound(index.mask(r.domain)), tried) for r in held]
             chosen, partial = self._search(sched, pending, placed, candidates, need, walk)
             if chosen is not None:
-                return chosen, self._note(chosen, candidates, "topology-required", walk), None
+                how = "topology-required"
+                if spec.compute_domain:
+                    how = f"ComputeDomain {spec.compute_domain}: {how}"
+                return chosen, self._note(chosen, candidates, how, walk), None
             level = level_name(spec.required)
-            message = (
-                f"pod group {spec.key}: no {level} domain holds {need} pods of the group "
-                f"(topology-required {spec.required})"
-            )
+            level = level if level.endswith(" domain") else f"{level} domain"
+            why = f"topology-required {spec.required}"
+            if spec.compute_domain:
+                why = f"ComputeDomain {spec.compute_domain}: {why}"
+            message = f"pod group {spec.key}: no {level} holds {need} pods of the group ({why})"
             if not index.values:  # an unknown key (a typo, or nodes not yet labelled)
                 message += f": no node has the label {spec.required}"
             if partial is not None:
