@@ -143,6 +143,7 @@ class Placement:
     started: float
     elapsed: float  # seconds of the decision
     assumed: Assumed | None = None  # None: no node fits (or reverted)
+    reserved: bool = False  # Reserve passed ahead of commit (`reserve`: a group member)
     committed: bool = False  # Reserve and Permit passed
     post: PostFilterResult | None = None  # PostFilter's answer when no node fits
 
@@ -193,8 +194,9 @@ class CycleHooks:
 class PodScheduling(Protocol):
     """The narrow interface a group algorithm places pods through (kube's pod-group
     algorithm drives the same one): place one pod on the current view (assumed, with a
-    revert), commit it (Reserve, Permit), or park it (unschedulable); the cache and the queue
-    it reads; the clocks. Every member goes the single pod's way through it."""
+    revert), run its Reserve ahead (a group member, before the next is placed), commit it
+    (Reserve unless run, Permit), or park it (unschedulable); the cache and the queue it
+    reads; the clocks. Every member goes the single pod's way through it."""
 
     cache: Cache
     queue: SchedulingQueue[PodInfo]
@@ -213,6 +215,8 @@ class PodScheduling(Protocol):
         within: Sequence[FilterPlugin] = (),
         post_filter: bool = False,
     ) -> Placement: ...
+
+    def reserve(self, placement: Placement) -> str | None: ...
 
     def commit(self, placement: Placement, elapsed: float) -> Decision: ...
 
@@ -362,27 +366,49 @@ class Scheduler:
             placement.assumed = Assumed(pod, result.node, fw, state, queued.attempts, start)
         return placement
 
+    def reserve(self, placement: Placement) -> str | None:
+        """Run Reserve for a placed pod now, before the next pod of its group is placed, so
+        what Reserve plugins hold (ResourceClaims in flight, quota usage) is seen by the
+        next, as kube runs each member's Reserve before the next member's cycle. None, or
+        why it failed (the placement is then undone); `commit` runs Permit alone after it."""
+        assumed = placement.assumed
+        assert assumed is not None and not placement.reserved
+        try:
+            failure = assumed.framework.run_reserve(assumed.state, assumed.pod, assumed.node)
+        except Exception as exc:  # a plugin bug: the member does not fit
+            failure = ("", str(exc) or type(exc).__name__)
+        if failure is not None:
+            self._undo(assumed)
+            placement.assumed = None
+            return failure[1]
+        placement.reserved = True
+        return None
+
     def commit(self, placement: Placement, elapsed: float) -> Decision:
-        """Keep a placed pod: its nomination ends, Reserve and Permit run; a rejection or an
-        error undoes the assumption (the pod waits, or backs off)."""
+        """Keep a placed pod: its nomination ends, Reserve (unless `reserve` ran) and Permit
+        run; a rejection or an error undoes the assumption (the pod waits, or backs off)."""
         assumed = placement.assumed
         assert assumed is not None
         self.forget_nomination(assumed.pod.key)
-        decision = self.reserve_and_permit(assumed, placement.result, elapsed)
+        decision = self.reserve_and_permit(
+            assumed, placement.result, elapsed, reserved=placement.reserved
+        )
         placement.committed = decision.outcome == "assumed"
+        placement.reserved = placement.committed  # a rejection has already been undone
         return decision
 
     def revert(self, placement: Placement) -> None:
-        """Undo a placement: Unreserve when it was committed, forget the assumption."""
+        """Undo a placement: Unreserve when Reserve ran, forget the assumption."""
         assumed = placement.assumed
         if assumed is None:
             return
-        if placement.committed:
+        if placement.committed or placement.reserved:
             self._undo(assumed)
         elif self.still_assumed(assumed.pod):
             self.cache.forget(assumed.pod.key)
         placement.assumed = None
         placement.committed = False
+        placement.reserved = False
 
     def park(self, pod: PodInfo, message: str, elapsed: float) -> Decision:
         """The pod waits as unschedulable with `message` (a pod no profile schedules leaves
@@ -398,10 +424,11 @@ class Scheduler:
         return fw.schedule(pod, self.cache.snapshot, state)
 
     def reserve_and_permit(
-        self, assumed: Assumed, result: ScheduleResult, elapsed: float
+        self, assumed: Assumed, result: ScheduleResult, elapsed: float, *, reserved: bool = False
     ) -> Decision:
-        """Reserve and Permit for a pod assumed on its node; on a rejection or an error the
-        assumption is undone and the pod waits (unschedulable) or backs off (error)."""
+        """Reserve (unless it already ran) and Permit for a pod assumed on its node; on a
+        rejection or an error the assumption is undone and the pod waits (unschedulable) or
+        backs off (error)."""
         pod, node, fw, state, start = (
             assumed.pod,
             assumed.node,
@@ -411,7 +438,7 @@ class Scheduler:
         )
         key = pod.key
         try:
-            failure = fw.run_reserve(state, pod, node)
+            failure = None if reserved else fw.run_reserve(state, pod, node)
         except Exception as exc:
             self._undo(assumed)
             return self._error(pod, fw, exc, start)

@@ -1313,6 +1313,10 @@ class GroupCycle:
             if placement.assumed is None:
                 attempt.failed.append((position, pod, result, result.message or NO_NODES_MESSAGE))
                 continue
+            why = sched.reserve(placement)  # held before the next member is placed
+            if why is not None:
+                attempt.failed.append((position, pod, result, why))
+                continue
             attempt.placed.append(placement)
         return attempt
 

@@ -10,7 +10,8 @@ from test_core_group import Binder, Cluster, gpu_node, member
 from scheduler.core.domains import NVLINK_CLIQUE, compute_domain
 from scheduler.core.dra.state import DRA_KINDS, write_claim_in_memory
 from scheduler.core.dra.types import AllocationResult, ResourceClaim
-from scheduler.core.model import PodInfo
+from scheduler.core.model import NodeInfo, PodInfo
+from tests.dra import objects as dra_objects
 
 V1 = "resource.k8s.io/v1"
 CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
@@ -182,3 +183,52 @@ def test_compute_domain_reads_the_claims_configuration() -> None:
     missing = member("z", min_member=2)
     missing["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": "nope"}]
     assert compute_domain([PodInfo.from_object(missing)], dra) is None
+
+
+def gpu_claim_cluster() -> Cluster:
+    """One node whose 8 GPUs are published only as DRA devices."""
+    c = cluster({"nvl72-a": []})
+    c.cache.add_node(NodeInfo.from_object(dra_objects.gpu_node("g0")))
+    storage = c.cache.snapshot.storage
+    storage.add(DRA_KINDS["DeviceClass"].from_object(dra_objects.device_class()))
+    storage.add(DRA_KINDS["ResourceSlice"].from_object(dra_objects.gpu_slice("g0")))
+    return c
+
+
+def gpu_member(c: Cluster, name: str, min_member: int) -> dict[str, Any]:
+    obj = member(name, min_member=min_member, gpus=0, cpu="100m")
+    obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
+    made = dra_objects.claim(f"{name}-gpus", dra_objects.request(count=4), namespace="ml")
+    c.cache.snapshot.storage.add(ResourceClaim.from_object(made))
+    return obj
+
+
+def devices_of(c: Cluster, name: str) -> set[str]:
+    allocation = c.cache.snapshot.storage.dra.claim("ml", f"{name}-gpus").allocation
+    assert allocation is not None
+    return {r.device for r in allocation.devices}
+
+
+def test_members_claiming_gpus_on_one_node_get_disjoint_devices() -> None:
+    c = gpu_claim_cluster()
+    c.add(gpu_member(c, "w0", 2), gpu_member(c, "w1", 2))
+    c.run()
+    assert c.bound == {"ml/w0": "g0", "ml/w1": "g0"}
+    assert len(devices_of(c, "w0")) == len(devices_of(c, "w1")) == 4
+    assert not devices_of(c, "w0") & devices_of(c, "w1")
+
+
+def test_a_group_that_does_not_fit_leaves_no_device_held() -> None:
+    c = gpu_claim_cluster()
+    c.add(*(gpu_member(c, f"w{i}", 3) for i in range(3)))  # 12 GPUs asked of 8
+    c.run()
+    assert not c.bound
+    dra = c.cache.snapshot.storage.dra
+    assert all(dra.claim("ml", f"w{i}-gpus").allocation is None for i in range(3))
+    solo = gpu_member(c, "solo", 1)
+    del solo["metadata"]["annotations"]["topo-scheduler.io/pod-group"]
+    del solo["metadata"]["annotations"]["topo-scheduler.io/min-member"]
+    solo["spec"]["resourceClaims"][0]["resourceClaimName"] = "solo-gpus"
+    c.add(solo)
+    c.run()
+    assert c.bound.get("ml/solo") == "g0"  # the group's trial allocations were released
