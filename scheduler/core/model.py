@@ -670,12 +670,21 @@ class PodInfo:
         spec = where.mapping(obj.get("spec"), "spec")
         node_name = where.string(spec.get("nodeName"), "spec.nodeName", "") or None
         read = _Reader(where, lenient=node_name is not None)
-        if node_name is not None:
+        memo_key = _resources_key(spec, read.lenient)
+        known = _known_resources(memo_key)
+        if known is None and node_name is not None:
             spec = _readable_resources(spec, read)
+        problems = len(read.unreadable)
         status: Mapping[str, Any] = read.part(
             lambda: where.mapping(obj.get("status"), "status"), {}
         )
-        resources = _pod_resources(spec, read)
+        if known is not None:
+            resources = known
+        else:
+            after_status = len(read.unreadable)
+            resources = _pod_resources(spec, read)
+            if not problems and len(read.unreadable) == after_status:
+                _remember_resources(memo_key, resources)
         required, preferred = read.part(lambda: _node_affinity(spec, where), _NO_NODE_AFFINITY)
         labels = read.string_map(meta.get("labels"), "metadata.labels")
         annotations = read.string_map(meta.get("annotations"), "metadata.annotations")
@@ -881,6 +890,52 @@ def _containers(spec: Mapping[str, Any], read: _Reader, group: str) -> list[_Con
         if c is not None:
             out.append(c)
     return out
+
+
+# The resource accounting of pods whose resource specs are the same (the pods of one template):
+# computed once, for the specs that could be read whole. Bounded; the oldest entry goes first.
+_RESOURCES_MEMO: dict[tuple[bool, str], _PodResources] = {}
+_RESOURCES_MEMO_MAX = 1024
+_RESOURCES_KEY_MAX = 4096  # longer specs (rare, possibly hostile) are not kept
+_CONTAINER_FIELDS = ("name", "image", "restartPolicy", "resources", "ports")
+
+
+def _resources_key(spec: Mapping[str, Any], lenient: bool) -> tuple[bool, str] | None:
+    """Everything `_readable_resources` and `_pod_resources` read of a spec, as text, with the
+    mode (strict or lenient); None when the spec is not made of the plain types a JSON or YAML
+    decoder gives (whose repr is one-to-one: ``1``, ``1.0``, ``True`` and ``'1'`` differ) or
+    is too long to keep."""
+    if type(spec) is not dict:
+        return None
+    parts: list[Any] = [spec.get("resources"), spec.get("overhead")]
+    for group in ("containers", "initContainers"):
+        items = spec.get(group)
+        if items is not None and type(items) is not list:
+            return None
+        parts.append(group)
+        for c in items or ():
+            if type(c) is not dict:
+                return None
+            parts.append(tuple(c.get(name) for name in _CONTAINER_FIELDS))
+    key = repr(parts)
+    return (lenient, key) if len(key) <= _RESOURCES_KEY_MAX else None
+
+
+def _known_resources(key: tuple[bool, str] | None) -> _PodResources | None:
+    """The accounting of a spec read before without a problem (a copy: the requests are the
+    pod's own), or None."""
+    known = _RESOURCES_MEMO.get(key) if key is not None else None
+    return None if known is None else dataclasses.replace(known, requests=dict(known.requests))
+
+
+def _remember_resources(key: tuple[bool, str] | None, resources: _PodResources) -> None:
+    """Keep the accounting of a spec that was read without a problem (only such results are
+    kept: one that recorded a problem is computed, and reported, every time)."""
+    if key is None:
+        return
+    if len(_RESOURCES_MEMO) >= _RESOURCES_MEMO_MAX:
+        del _RESOURCES_MEMO[next(iter(_RESOURCES_MEMO))]
+    _RESOURCES_MEMO[key] = dataclasses.replace(resources, requests=dict(resources.requests))
 
 
 def _pod_resources(spec: Mapping[str, Any], read: _Reader) -> _PodResources:

@@ -39,7 +39,7 @@ from scheduler.kube.discovery import LEASES_V1, ServerAPIs, discover
 from scheduler.kube.events import EventRecorder
 from scheduler.kube.leader import LeaderElector, LeaseTiming
 from scheduler.kube.metrics import Metrics
-from scheduler.kube.scheduler import KubeScheduler, Options
+from scheduler.kube.scheduler import KubeScheduler, Options, collector_paused_until_synced
 from scheduler.kube.server import (
     DelegatedAuth,
     ServingError,
@@ -404,8 +404,10 @@ async def _serve(
     server, auth_client = await _status_server(
         settings, client, metrics, {"informer-sync": informers_synced, "config": config_valid}
     )
+    tasks: list[asyncio.Task[None]] = [
+        asyncio.create_task(collector_paused_until_synced(sched), name="gc-until-synced")
+    ]
     await sched.start()
-    tasks: list[asyncio.Task[None]] = []
     if source is not None:
         tasks.append(source.start())
     if settings.on_ready is not None:
