@@ -674,13 +674,19 @@ class GroupCycle:
         need = max(0, spec.min_member - len(placed))
         short = _short_of(sched, spec) if need else None
         problem: str | None = None
+        over_quota: str | None = None
         if short is not None:  # scheduler-plugins' minResources: not even in total
             attempt, note, walk = _Attempt([], []), None, _Walk()
             problem = f"pod group {spec.key}: the cluster has too little free {short}"
             problem += " for its minResources"
         else:
             walk = _Walk()
-            attempt, note, problem = self._place(sched, spec, pending, placed, need, walk)
+            if need:
+                over_quota = _over_quota(sched, pending)
+            if over_quota is not None:  # counted as a whole; reclaim may still free it
+                attempt, note = _Attempt([], []), None
+            else:
+                attempt, note, problem = self._place(sched, spec, pending, placed, need, walk)
         elapsed = sched.timer() - start
         share = elapsed / max(1, len(pending))
         decided: set[str] = set()  # members already told why (a Reserve/Permit rejection)
@@ -694,7 +700,7 @@ class GroupCycle:
             decided.add(rejected.pod.key)
             problem = f"pod group {spec.key}: {rejected.pod.key}: {rejected.message}"
         self._revert(sched, attempt)
-        message = problem or self._message(spec, attempt, len(pending), need)
+        message = problem or over_quota or self._message(spec, attempt, len(pending), need)
         if problem is None and short is None:  # evict lower-priority pods only for all of it
             suffix = sched.preempt_for_group(pending[0].pod, [q.pod for q in pending[1:]])
             if suffix:
@@ -1410,6 +1416,13 @@ def _better(best: _Attempt | None, attempt: _Attempt) -> _Attempt:
     if best is None or len(attempt.placed) > len(best.placed):
         return _Attempt(list(attempt.placed), list(attempt.failed), attempt.domain)
     return best
+
+
+def _over_quota(sched: PodScheduling, pending: list[QueuedPod[PodInfo]]) -> str | None:
+    """CapacityScheduling's PreFilter for the pending members together (scheduler-plugins'
+    wording), None when they fit their namespace's ElasticQuota or it has none."""
+    quotas = sched.cache.snapshot.quotas
+    return quotas.check_group([q.pod for q in pending]) if quotas.active else None
 
 
 def _short_of(sched: PodScheduling, spec: GroupSpec) -> str | None:

@@ -1,5 +1,7 @@
-"""Pod groups whose members' ResourceClaims name one ComputeDomain (NVIDIA's DRA driver) go to
-one NVLink domain: every member on a node with the same `nvidia.com/gpu.clique`."""
+"""Pod groups and what their members hold: members whose ResourceClaims name one ComputeDomain
+(NVIDIA's DRA driver) go to one NVLink domain (every member on a node with the same
+`nvidia.com/gpu.clique`); each member's claims and quota are held before the next member is
+placed; a group is checked against its ElasticQuota as a whole."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from scheduler.core.domains import NVLINK_CLIQUE, compute_domain
 from scheduler.core.dra.state import DRA_KINDS, write_claim_in_memory
 from scheduler.core.dra.types import AllocationResult, ResourceClaim
 from scheduler.core.model import NodeInfo, PodInfo
+from scheduler.core.quota import ElasticQuota
 from tests.dra import objects as dra_objects
 
 V1 = "resource.k8s.io/v1"
@@ -232,3 +235,26 @@ def test_a_group_that_does_not_fit_leaves_no_device_held() -> None:
     c.add(solo)
     c.run()
     assert c.bound.get("ml/solo") == "g0"  # the group's trial allocations were released
+
+
+def test_a_group_over_its_quota_is_refused_as_a_whole() -> None:
+    c = Cluster([gpu_node("n0"), gpu_node("n1")])
+    c.cache.add_quota(
+        ElasticQuota.from_object(
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "ElasticQuota",
+                "metadata": {"name": "team", "namespace": "ml"},
+                "spec": {"max": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "1Ti"}},
+            }
+        )
+    )
+    c.add(*(member(f"w{i}", min_member=2) for i in range(2)))  # 16 GPUs, max 8
+    c.run()
+    assert not c.bound
+    message = c.events.failures[-1][1]
+    assert message.startswith(
+        "PodGroup ml/llama (2 pending pods) is rejected in PreFilter because ElasticQuota ml "
+        "is more than Max preemption: "  # reclaim was tried for the whole group
+    )
+    assert c.cache.snapshot.quotas.info("ml").used.get("nvidia.com/gpu", 0) == 0  # type: ignore[union-attr]
