@@ -5,10 +5,14 @@ wrote to the claim. Run through the default profile over the in-memory path."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from scheduler.cli import main
 from scheduler.core.dra.state import FINALIZER
 from tests.builders import node, pod
 from tests.dra.plugin_support import cluster
@@ -253,3 +257,32 @@ def test_wrong_topology_reserved_elsewhere_stays() -> None:
     assert f". {STILL}, preemption: " in (decision.message or "")
     assert c.claim(CLAIM).allocation is not None
     assert c.binder.claim_writes == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n, case in CASES.items() if case[2][0] != "error"))
+def test_explain_reproduces_the_case(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explain, from the same objects as a snapshot, answers as the cycle does."""
+    objects, the_pod, (kind, want) = CASES[name]
+    items = [{"apiVersion": "v1", **worker()}]
+    items += [{"apiVersion": "resource.k8s.io/v1", **o} for o in objects]
+    snapshot, pod_file = tmp_path / "snapshot.yaml", tmp_path / "pod.yaml"
+    snapshot.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    pod_file.write_text(yaml.safe_dump(the_pod))
+    code = main(["explain", "--snapshot", str(snapshot), "--pod", str(pod_file),
+                 "--output", "json"])  # fmt: skip
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    if kind == "prefilter":
+        assert doc["node"] is None
+        assert doc["message"].startswith(f"0/1 nodes are available: {want}.")
+    elif kind == "filter":
+        assert doc["node"] is None
+        assert doc["nodes"][NODE]["reasons"] == [want]
+    else:
+        assert doc["node"] == NODE
+        if not any(o["metadata"]["name"] == CLAIM and o["status"].get("allocation")
+                   for o in objects):  # fmt: skip
+            devices = doc["claims"][f"default/{CLAIM}"]["devices"]
+            assert len(devices) == len(want["devices"]["results"])
