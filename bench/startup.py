@@ -28,6 +28,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 Obj = dict[str, Any]
@@ -323,7 +325,9 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    logging.disable(logging.INFO)  # the informers' notes about APIs this client lacks
+    # the informers' notes about APIs this client does not serve
+    logging.disable(logging.INFO)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     t0 = time.perf_counter()
     import scheduler.kube.cli  # noqa: F401  (what the process imports before it lists)
 

@@ -23,6 +23,8 @@ from scheduler.kube.client import ApiError, KubeClient
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler.informer")
 
+LIST_PAGE_SIZE = 500  # client-go's pager: the objects a list asks for per page
+
 
 class Handler(Protocol):
     """Receives every change; `old` is the previous version seen (None when new)."""
@@ -115,13 +117,54 @@ class Reflector:
         server answers from its watch cache instead of a quorum read of every object from
         etcd, and the watch from that version catches up. A re-list (after 410) reads from
         etcd: the cache may be older than what was already seen.
+
+        Pages of `LIST_PAGE_SIZE` objects are asked for, as client-go's pager asks (`limit`,
+        then `continue` with the token of the page before, no resourceVersion); a server that
+        does not page (older ones from the watch cache) answers with everything at once. The
+        first list hands each page to the handler as it arrives (nothing is scheduled before
+        `synced`); a re-list hands them over once all have arrived, so a cycle never sees a
+        list half applied. A continue token that expired (410) is answered with one whole
+        list, as client-go's pager does.
         """
         query = self._query()
         if self.lists == 0:
             query["resourceVersion"] = "0"
-        body = await self.client.get(self.path, query)
-        items = body.get("items") or []
+        incremental = self.lists == 0
         seen: set[str] = set()
+        held: list[Obj] = []
+        body = await self.client.get(self.path, {**query, "limit": str(LIST_PAGE_SIZE)})
+        while True:
+            items = body.get("items") or []
+            if incremental:
+                self._upsert_listed(items, seen)
+            else:
+                held.extend(items)
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            try:
+                body = await self.client.get(
+                    self.path,
+                    {**self._query(), "limit": str(LIST_PAGE_SIZE), "continue": str(token)},
+                )
+            except ApiError as exc:
+                if exc.status != 410:
+                    raise
+                # the token expired: one whole list instead, reconciled from scratch
+                seen.clear()
+                held.clear()
+                body = await self.client.get(self.path, query)
+        if not incremental:
+            self._upsert_listed(held, seen)
+        for key in [k for k in self.known if k not in seen]:
+            self.handler.on_delete(self.known.pop(key))
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.lists += 1
+        if self.on_relist is not None and self.lists > 1:
+            self.on_relist(self.name)
+        self.synced.set()
+
+    def _upsert_listed(self, items: list[Obj], seen: set[str]) -> None:
         for obj in items:
             obj = _trim(obj)
             key = object_key(obj)
@@ -131,13 +174,6 @@ class Reflector:
                 continue
             self.known[key] = obj
             self.handler.on_upsert(obj, old)
-        for key in [k for k in self.known if k not in seen]:
-            self.handler.on_delete(self.known.pop(key))
-        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        self.lists += 1
-        if self.on_relist is not None and self.lists > 1:
-            self.on_relist(self.name)
-        self.synced.set()
 
     def _apply(self, kind: str, obj: Obj) -> None:
         obj = _trim(obj)

@@ -74,8 +74,112 @@ def test_relist_after_410_deletes_ghosts_and_resumes_from_bookmarks() -> None:
     first, second = api.watch_queries
     assert first["resourceVersion"] == "10" and first["allowWatchBookmarks"] == "true"
     assert second["resourceVersion"] == "50"
-    # client-go: the first list from the watch cache; after 410 a consistent read from etcd
-    assert api.list_queries == [{"resourceVersion": "0"}, {}]
+    # client-go: the first list from the watch cache; after 410 a consistent read from etcd;
+    # both in pages of 500 (this server answers with everything at once)
+    assert api.list_queries == [{"resourceVersion": "0", "limit": "500"}, {"limit": "500"}]
+
+
+class PagedApi:
+    """Lists in pages of `limit` with continue tokens; `expire` makes a continue token 410
+    once; a second list (after the watch's 410) sees `later` instead."""
+
+    def __init__(self, items: list[Obj], later: list[Obj], expire: bool = False) -> None:
+        self.items, self.later, self.expire = items, later, expire
+        self.queries: list[dict[str, str]] = []
+        self.watches = 0
+        self.delivered: list[int] = []  # objects handed to the handler at each request
+
+    async def get(self, path: str, query: dict[str, str] | None = None) -> Obj:
+        query = dict(query or {})
+        self.queries.append(query)
+        items = self.items if not self.watches else self.later
+        token = query.get("continue")
+        if token and self.expire:
+            self.expire = False
+            raise ApiError(410, "continue token expired", "Expired")
+        start = int(token or 0)
+        limit = int(query.get("limit") or 0) or len(items)
+        body: Obj = {"metadata": {"resourceVersion": "70"}, "items": items[start : start + limit]}
+        if start + limit < len(items):
+            body["metadata"]["continue"] = str(start + limit)
+        return body
+
+    async def watch(self, path: str, query: dict[str, str], timeout: int) -> AsyncIterator[Obj]:
+        self.watches += 1
+        if self.watches == 1:
+            yield {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "gone"}}
+            return
+        await asyncio.sleep(3600)
+        yield {}
+
+
+def _paged_run(api: PagedApi, rec: Recorder, page: int) -> Reflector:
+    import scheduler.kube.informer as informer
+
+    async def run() -> Reflector:
+        saved = informer.LIST_PAGE_SIZE
+        informer.LIST_PAGE_SIZE = page
+        try:
+            r = Reflector(api, "/api/v1/pods", rec, name="pods")  # type: ignore[arg-type]
+            task = asyncio.create_task(r.run())
+            while api.watches < 2:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            return r
+        finally:
+            informer.LIST_PAGE_SIZE = saved
+
+    return asyncio.run(run())
+
+
+def test_lists_page_by_page_as_client_go_pager() -> None:
+    items = [_pod(f"p{i}", i + 1) for i in range(5)]
+    later = [_pod(f"p{i}", i + 1) for i in range(1, 5)] + [_pod("q", 60)]
+    api, rec = PagedApi(items, later), Recorder()
+    r = _paged_run(api, rec, 2)
+    # the first list: the watch cache, then continue tokens without a resourceVersion
+    assert api.queries[:3] == [
+        {"resourceVersion": "0", "limit": "2"},
+        {"limit": "2", "continue": "2"},
+        {"limit": "2", "continue": "4"},
+    ]
+    # the re-list (after the watch's 410): from etcd, paged the same way
+    assert api.queries[3:] == [
+        {"limit": "2"},
+        {"limit": "2", "continue": "2"},
+        {"limit": "2", "continue": "4"},
+    ]
+    assert sorted(rec.live) == ["p1", "p2", "p3", "p4", "q"]
+    assert rec.deleted == ["p0"]
+    assert r.lists == 2 and r.resource_version == "70"
+
+
+def test_first_list_hands_each_page_over_as_it_arrives() -> None:
+    items = [_pod(f"p{i}", i + 1) for i in range(5)]
+    api, rec = PagedApi(items, items), Recorder()
+    seen_at: list[int] = []
+    get = api.get
+
+    async def counting(path: str, query: dict[str, str] | None = None) -> Obj:
+        seen_at.append(len(rec.live))
+        return await get(path, query)
+
+    api.get = counting  # type: ignore[method-assign]
+    _paged_run(api, rec, 2)
+    assert seen_at[:3] == [0, 2, 4]  # each page upserted before the next is asked for
+
+
+def test_expired_continue_token_gives_one_whole_list() -> None:
+    items = [_pod(f"p{i}", i + 1) for i in range(5)]
+    api, rec = PagedApi(items, items, expire=True), Recorder()
+    r = _paged_run(api, rec, 2)
+    assert api.queries[:3] == [
+        {"resourceVersion": "0", "limit": "2"},
+        {"limit": "2", "continue": "2"},
+        {"resourceVersion": "0"},  # as client-go's pager: the whole list instead
+    ]
+    assert sorted(rec.live) == [f"p{i}" for i in range(5)] and rec.deleted == []
+    assert r.synced.is_set()
 
 
 class ClosingApi:
