@@ -12,7 +12,8 @@
 #                                   (CRDs and objects stay); stop.sh stops it too
 # Env: KUBE137_HOME (/var/cache/kube137), KUBE137_NICE (15), KUEUE_WEBHOOK_PORT (19443),
 #      KUEUE_HEALTH_PORT (18081), KUEUE_METRICS_PORT (18443), KUEUE_VISIBILITY_PORT (18082),
-#      KUEUE_FRAMEWORKS (batch/job), KUEUE_V (2: zap log level).
+#      KUEUE_FRAMEWORKS (batch/job; add jobset.x-k8s.io/jobset with JobSet running: jobset.sh),
+#      KUEUE_V (2: zap log level).
 # The module is kueue/ (go.mod: sigs.k8s.io/kueue $KUEUE_VERSION with Kueue's own dependency
 # graph: it is built against k8s.io v0.35.x, and talks to the 1.37 API server as any client).
 set -euo pipefail
@@ -134,5 +135,5 @@ case $cmd in
   ensure) ensure ;;
   start) start ;;
   stop) stop ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

@@ -7,7 +7,8 @@ source (`config/components`), for `kueue.sh`:
   certificate management fills, and the Service `kueue-webhook-service`;
 - the webhook configurations of `config/components/webhook/manifests.yaml`, named as
   Kueue's kustomization names them (`kueue-` prefix), keeping the webhooks of Kueue's own kinds
-  and of `batch/v1` Jobs (the only integration enabled here).
+  and of the integrations enabled (`KUEUE_FRAMEWORKS`: `batch/v1` Jobs, and JobSets
+  `jobset.x-k8s.io/v1alpha2` when `jobset.x-k8s.io/jobset` is listed).
 
 The Service is `type: ExternalName` with `externalName: localhost`: kube-apiserver resolves a
 webhook's service reference through the Service (an ExternalName to its name, at the
@@ -22,6 +23,7 @@ Usage: kueue_install.py install|uninstall STATE_DIR KUEUE_SOURCE_DIR WEBHOOK_POR
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import sys
 import urllib.error
@@ -36,8 +38,18 @@ SERVICE = "kueue-webhook-service"
 SECRET = "kueue-webhook-server-cert"
 PREFIX = "kueue-"
 CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
-KEEP_PATHS = ("kueue-x-k8s-io", "-batch-v1-job")
 MANAGER = "kueue-install"
+# webhook paths kept: Kueue's own kinds, and each enabled framework's
+KEEP_PATHS = ("kueue-x-k8s-io",)
+FRAMEWORK_PATHS = {
+    "batch/job": "-batch-v1-job",
+    "jobset.x-k8s.io/jobset": "-jobset-x-k8s-io-v1alpha2-jobset",
+}
+
+
+def keep_paths() -> tuple[str, ...]:
+    frameworks = os.environ.get("KUEUE_FRAMEWORKS", "batch/job").split()
+    return KEEP_PATHS + tuple(FRAMEWORK_PATHS[f] for f in frameworks if f in FRAMEWORK_PATHS)
 
 
 class Client:
@@ -107,7 +119,7 @@ def webhook_configurations(src: Path, port: int) -> list[dict[str, Any]]:
         kept = []
         for hook in doc["webhooks"]:
             service = hook["clientConfig"]["service"]
-            if not any(p in service["path"] for p in KEEP_PATHS):
+            if not any(p in service["path"] for p in keep_paths()):
                 continue
             service.update(namespace=NS, name=SERVICE, port=port)
             kept.append(hook)
@@ -157,13 +169,13 @@ def uninstall(client: Client, src: Path, port: int) -> None:
         client.call("DELETE", f"{ADMISSION}{plural}/{conf['metadata']['name']}")
 
 
-def mount_secret(client: Client, cert_dir: Path) -> bool:
+def mount_secret(client: Client, cert_dir: Path, ns: str = NS, secret: str = SECRET) -> bool:
     """What the kubelet does for Kueue's pod (the Secret mounted at the webhook's certDir):
     write the Secret's `tls.crt`, `tls.key` and `ca.crt` once Kueue's certificate management
     has filled it (cert-controller waits for the files to appear). True once written."""
     import base64
 
-    data = client.call("GET", f"/api/v1/namespaces/{NS}/secrets/{SECRET}").get("data") or {}
+    data = client.call("GET", f"/api/v1/namespaces/{ns}/secrets/{secret}").get("data") or {}
     names = ("ca.crt", "tls.crt", "tls.key")
     if not all(data.get(n) for n in names):
         return False

@@ -45,6 +45,7 @@ if [ "$ONLY_API" = 1 ]; then stop_one kube-apiserver; exit 0; fi
 stop_one kube-scheduler
 if [ "$ONLY_SCHED" = 1 ]; then exit 0; fi
 stop_one kueue  # kueue.sh start (its webhooks die with the plane)
+stop_one jobset  # jobset.sh start
 stop_one kwok
 stop_one kube-controller-manager
 stop_one kube-apiserver

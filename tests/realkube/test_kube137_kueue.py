@@ -6,6 +6,11 @@ label is created suspended (Kueue's Job webhook), admitted by Kueue against a Cl
 `nvidia.com/gpu` quota (unsuspended, the ResourceFlavor's node labels injected as node
 selectors), and its pods are placed by topo-scheduler with GPU sets. A Job the quota cannot
 hold stays suspended in Kueue: it has no pods, so nothing of it reaches topo-scheduler's queue.
+
+JobSet (`hack/kube137/jobset.sh`, built the same way, started before Kueue so that Kueue's
+`jobset.x-k8s.io/jobset` integration finds its CRD): a JobSet of two replicated Jobs is suspended
+by Kueue's JobSet webhook, admitted as one Workload of two pod sets, and its pods are placed by
+topo-scheduler. Skipped loudly (JOBSET NOT AVAILABLE) when JobSet cannot be built.
 """
 
 from __future__ import annotations
@@ -28,11 +33,51 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FLAVOR_LABEL = "topo-scheduler.io/realkube-flavor"
 SCRIPT = ROOT / "hack" / "kube137" / "kueue.sh"
+JOBSET_SCRIPT = ROOT / "hack" / "kube137" / "jobset.sh"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 @pytest.fixture(scope="module")
-def kueue(plane: Plane, cluster: Api) -> Iterator[Api]:
-    """Kueue running against the tier's plane (built when missing, unless REALKUBE_BUILD=0)."""
+def jobset_controller(plane: Plane, cluster: Api) -> Iterator[str]:
+    """JobSet's controller on the tier's plane: "" when running, else why it is not (its build
+    failed, or REALKUBE_BUILD=0 and it is not built). A start that fails is reported by the
+    JobSet test, not skipped."""
+    env = {
+        **os.environ,
+        **{v: str(free_port()) for v in ("JOBSET_WEBHOOK_PORT", "JOBSET_HEALTH_PORT")},
+    }
+    offline = ["--offline"] if os.environ.get("REALKUBE_BUILD", "1") == "0" else []
+    built = subprocess.run(
+        ["bash", str(JOBSET_SCRIPT), "ensure", *offline], capture_output=True, text=True, env=env
+    )
+    if built.returncode != 0:
+        yield f"JOBSET NOT AVAILABLE: jobset.sh ensure: {built.stdout[-800:]}{built.stderr}"
+        return
+    started = subprocess.run(
+        ["bash", str(JOBSET_SCRIPT), "start", "-d", str(plane.state_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    try:
+        yield (
+            "" if started.returncode == 0 else f"jobset.sh start: {started.stdout}{started.stderr}"
+        )
+    finally:
+        subprocess.run(
+            ["bash", str(JOBSET_SCRIPT), "stop", "-d", str(plane.state_dir)],
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
+
+
+@pytest.fixture(scope="module")
+def kueue(plane: Plane, cluster: Api, jobset_controller: str) -> Iterator[Api]:
+    """Kueue running against the tier's plane (built when missing, unless REALKUBE_BUILD=0),
+    with its JobSet integration when JobSet runs."""
     env = {
         **os.environ,
         **{
@@ -44,6 +89,7 @@ def kueue(plane: Plane, cluster: Api) -> Iterator[Api]:
                 "KUEUE_VISIBILITY_PORT",
             )
         },
+        "KUEUE_FRAMEWORKS": "batch/job" + ("" if jobset_controller else " jobset.x-k8s.io/jobset"),
     }
     offline = ["--offline"] if os.environ.get("REALKUBE_BUILD", "1") == "0" else []
     built = subprocess.run(
@@ -262,11 +308,92 @@ def test_a_job_over_quota_waits_in_kueue_not_in_topo_schedulers_queue(
     assert sched.stop() == 0
 
 
+def _jobset(name: str, gpus: int) -> dict[str, Any]:
+    """Two replicated Jobs of one pod each, `gpus` GPUs a pod."""
+
+    def replicated(rj: str) -> dict[str, Any]:
+        job = _job(rj, pods=1, gpus=gpus)
+        job["spec"]["backoffLimit"] = 0
+        return {"name": rj, "replicas": 1, "template": {"spec": job["spec"]}}
+
+    return {
+        "apiVersion": JOBSET,
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: "training"}},
+        "spec": {"replicatedJobs": [replicated("leader"), replicated("workers")]},
+    }
+
+
+def test_a_jobset_admitted_by_kueue_is_placed_by_topo_scheduler(
+    kueue: Api, jobset_controller: str, namespace: str, start_scheduler: Any
+) -> None:
+    if jobset_controller.startswith("JOBSET NOT AVAILABLE"):
+        pytest.skip(jobset_controller)
+    assert not jobset_controller, jobset_controller
+    api = kueue
+    _queues(api, namespace, gpus=16)
+    sched = start_scheduler()
+    wait_for(sched.ready, 60, "topo-scheduler ready")
+    jobsets = f"/apis/{JOBSET}/namespaces/{namespace}/jobsets"
+    created = api.post(jobsets, _jobset("trainer", gpus=1))
+    assert created["spec"]["suspend"] is True  # Kueue's JobSet webhook suspended it
+
+    def admitted() -> dict[str, Any] | None:
+        wl = _workload(api, namespace, "trainer")
+        cond = _condition(wl, "Admitted")
+        return wl if cond and cond["status"] == "True" else None
+
+    wl = wait_for(admitted, 60, "Kueue admits the JobSet's Workload")
+    assignments = wl["status"]["admission"]["podSetAssignments"]
+    assert sorted(a["name"] for a in assignments) == ["leader", "workers"]
+    assert all(a["flavors"]["nvidia.com/gpu"] == f"gpu-{namespace}" for a in assignments)
+    assert not api.get(f"{jobsets}/trainer")["spec"].get("suspend")
+
+    def placed() -> list[dict[str, Any]] | None:
+        pods = (
+            api.get(
+                f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"{JOBSET_NAME_LABEL}=trainer"
+            ).get("items")
+            or []
+        )
+        return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_for(placed, 90, "both pods of the JobSet bound")
+    for p in pods:
+        assert p["spec"]["schedulerName"] == "topo-scheduler"
+        assert p["spec"]["nodeName"] in GPU_NODES
+        assert p["spec"]["nodeSelector"][FLAVOR_LABEL] == "a"  # injected by Kueue
+        gpus = [int(i) for i in p["metadata"]["annotations"][ANNOTATION_GPUS].split(",")]
+        assert len(gpus) == 1 and 0 <= gpus[0] < 8
+    # KWOK completes the Jobs' pods: the JobSet completes and Kueue finishes its Workload
+    wait_for(
+        lambda: (
+            (_condition(_workload(api, namespace, "trainer"), "Finished") or {}).get("status")
+            == "True"
+        ),
+        90,
+        "the JobSet's Workload Finished",
+    )
+    assert sched.stop() == 0
+
+
 @pytest.fixture(autouse=True)
 def _cleanup(kueue: Api, namespace: str) -> Iterator[None]:
-    """Jobs, then the queues (their finalizers need Kueue running)."""
+    """JobSets and Jobs, then the queues (their finalizers need Kueue running)."""
     yield
     api = kueue
+    try:
+        jobsets = api.get(f"/apis/{JOBSET}/namespaces/{namespace}/jobsets").get("items") or []
+    except HTTPFailure as err:
+        if err.status != 404:  # JobSet's CRD not installed
+            raise
+        jobsets = []
+    for js in jobsets:
+        api.call(
+            "DELETE",
+            f"/apis/{JOBSET}/namespaces/{namespace}/jobsets/{js['metadata']['name']}",
+            {"propagationPolicy": "Background"},
+        )
     for job in api.get(f"/apis/batch/v1/namespaces/{namespace}/jobs").get("items") or []:
         api.call(
             "DELETE",
