@@ -105,6 +105,9 @@ class Reflector:
         self.progress = False  # the current watch stream delivered something
         self.unserved = False  # the server answered 404 for the list: an API it lacks
         self.lists = 0  # completed lists (the first one and each re-list)
+        # set: the first list is asked for at once but handed to the handler only once this
+        # is set (the pods after the nodes, their list prepared by the server meanwhile)
+        self.hold: asyncio.Event | None = None
         self.watches = 0  # watch streams opened
 
     def _query(self) -> dict[str, str]:
@@ -135,6 +138,8 @@ class Reflector:
         body = await self.client.get(self.path, {**query, "limit": str(LIST_PAGE_SIZE)})
         while True:
             items = body.get("items") or []
+            if incremental and self.hold is not None and not self.hold.is_set():
+                await self.hold.wait()
             if incremental:
                 self._upsert_listed(items, seen)
             else:

@@ -189,8 +189,9 @@ class KubeScheduler(CycleHooks):
             self._tasks.append(asyncio.create_task(self.recorder.run(), name=f"events-{i}"))
 
     async def _pods_after_nodes(self) -> None:
-        # nodes first: bound pods then land on known nodes with known resources
-        await self.nodes.synced.wait()
+        # nodes first: bound pods then land on known nodes with known resources; the pods'
+        # first list is asked for at once and applied once the nodes are synced
+        self.pods.hold = self.nodes.synced
         await self.pods.run()
 
     async def wait_synced(self) -> None:

@@ -286,3 +286,22 @@ def test_an_unserved_api_is_empty_at_once_then_looked_for_quietly_at_the_longest
     assert out.count("API not served") == 1 and "list/watch failed" not in out
     assert "preemption sees no PodDisruptionBudgets" in out
     assert "API now served" in out
+
+
+def test_a_held_first_list_is_asked_for_at_once_and_applied_once_released() -> None:
+    items = [_pod(f"p{i}", i + 1) for i in range(3)]
+    api, rec = PagedApi(items, items), Recorder()
+
+    async def run() -> None:
+        r = Reflector(api, "/api/v1/pods", rec, name="pods")  # type: ignore[arg-type]
+        r.hold = asyncio.Event()
+        task = asyncio.create_task(r.run())
+        await asyncio.sleep(0.05)
+        assert api.queries == [{"resourceVersion": "0", "limit": "500"}]  # asked for
+        assert rec.live == {} and not r.synced.is_set()  # not applied
+        r.hold.set()
+        await asyncio.wait_for(r.synced.wait(), 5)
+        assert sorted(rec.live) == ["p0", "p1", "p2"]
+        task.cancel()
+
+    asyncio.run(run())
