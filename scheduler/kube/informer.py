@@ -1,7 +1,8 @@
 """List+watch of one resource into a handler, like client-go's reflector.
 
-Lists once (from the API server's watch cache), then watches from the list's resourceVersion
-with bookmarks, resuming from the last seen resourceVersion when a stream ends or drops. On
+Lists once (from the API server's watch cache, in pages of `LIST_PAGE_SIZE`), then watches
+from the list's resourceVersion with bookmarks, resuming from the last seen resourceVersion
+when a stream ends or drops. On
 `410 Gone` (the version left the server's window) it lists again and reports objects that
 disappeared meanwhile as deleted, so no ghost survives a re-list. Reconnects back off
 exponentially with jitter. `synced` is set after the first complete list has been delivered.
