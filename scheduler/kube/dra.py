@@ -25,7 +25,6 @@ write_claim_status`, `claims.py`), not through here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import structlog
@@ -35,7 +34,7 @@ from scheduler.core.queue import ClusterEvent
 from scheduler.core.storage import STORAGE_KINDS, StorageState
 from scheduler.kube.client import ApiError
 from scheduler.kube.host import AdapterHost
-from scheduler.kube.informer import Reflector, object_key
+from scheduler.kube.informer import Reflector, object_key, run_tasks
 
 __all__ = ["API", "GROUP_VERSION", "KINDS", "OFF", "DraWatches"]
 
@@ -125,14 +124,7 @@ class DraWatches:
             ]
         finally:
             self.discovered.set()
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await run_tasks(tasks)
 
     async def _served(self) -> set[str]:
         """The resources the server lists under resource.k8s.io/v1 (empty: not served)."""

@@ -34,7 +34,6 @@ recorder; never the scheduler.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +54,7 @@ from scheduler.core.model import SOURCE_KUBERNETES, SOURCE_SCHEDULER_PLUGINS
 from scheduler.kube.client import ApiError
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.host import AdapterHost
+from scheduler.kube.informer import run_tasks
 from scheduler.kube.reporter import CONDITION_SCHEDULED, PodGroupStatus
 
 Obj = dict[str, Any]
@@ -145,14 +145,7 @@ class KubeGroups:
                     log.info("pod groups watched", api=f"{kind.group}/{kind.version}")
         finally:
             self.discovered.set()
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await run_tasks(tasks)
 
     async def _served(self, kind: GroupKind) -> bool:
         if not self.host.apis.serves(f"{kind.group}/{kind.version}"):

@@ -11,6 +11,7 @@ exponentially with jitter. `synced` is set after the first complete list has bee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -283,3 +284,16 @@ class Reflector:
                 "list/watch failed", informer=self.name, error=error, retry_in=round(delay, 3)
             )
             await asyncio.sleep(delay)
+
+
+async def run_tasks(tasks: list[asyncio.Task[Any]]) -> None:
+    """Await the informers' tasks until they end or this is cancelled; then cancel each one
+    left and wait for it, so none outlives its owner."""
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -24,7 +24,6 @@ this replica the leader.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +36,7 @@ from scheduler.core.queue import ClusterEvent
 from scheduler.core.quota import ElasticQuota
 from scheduler.kube.client import ApiError
 from scheduler.kube.host import AdapterHost
-from scheduler.kube.informer import Reflector
+from scheduler.kube.informer import Reflector, run_tasks
 from scheduler.kube.ratelimit import Priority
 
 __all__ = ["API", "GROUP_VERSION", "OFF", "QuotaWatches", "format_used", "parse_used"]
@@ -135,14 +134,7 @@ class QuotaWatches:
                 log.info("ElasticQuotas watched", api=GROUP_VERSION)
         finally:
             self.discovered.set()
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await run_tasks(tasks)
 
     async def _served(self) -> bool:
         if not self.host.apis.serves(GROUP_VERSION):

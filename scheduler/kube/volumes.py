@@ -38,7 +38,7 @@ from scheduler.core.storage import (
     VolumeAttachment,
 )
 from scheduler.kube.host import AdapterHost
-from scheduler.kube.informer import object_key
+from scheduler.kube.informer import object_key, run_tasks
 
 Obj = dict[str, Any]
 log = structlog.get_logger("topo_scheduler")
@@ -115,14 +115,7 @@ class StorageWatches:
     async def run(self) -> None:
         """Run every informer until cancelled."""
         tasks = [asyncio.create_task(r.run(), name=f"{r.name}-informer") for r in self.reflectors]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await run_tasks(tasks)
 
     def notify(self) -> None:
         """A storage object changed: wake PreBind waiters, retry unschedulable pods."""
