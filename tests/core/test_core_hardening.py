@@ -1,4 +1,4 @@
-"""Hostile and unlucky inputs to the model, the GPU state and the GPU plugin (issue 12):
+"""Hostile and unlucky inputs to the model, the GPU state and the GPU plugin:
 accounting holes, fractional GPUs, pod-level hugepages, unreadable annotations, score bounds."""
 
 from __future__ import annotations

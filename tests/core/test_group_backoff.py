@@ -1,4 +1,4 @@
-"""Every retry of a pod group's member backs off on the queue's one schedule (issue #25): a
+"""Every retry of a pod group's member backs off on the queue's one schedule: a
 binding that keeps failing, members waiting for the rest of their group under a stream of
 cluster events, and a Permit timeout. The clock is simulated, so the attempts are counted
 exactly against the backoff schedule (podInitialBackoffSeconds doubling up to

@@ -1,4 +1,4 @@
-"""Objects the scheduler cannot read whole (issue 25, class 1): a pod bound to a node counts
+"""Objects the scheduler cannot read whole: a pod bound to a node counts
 with every resource it holds whatever else it says; what cannot be read of it is reported,
 recorded in `PodInfo.unreadable` and left at its neutral default. A pending pod stays strict.
 A node that cannot be read takes no pods while its pods still count."""

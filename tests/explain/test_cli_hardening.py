@@ -1,5 +1,5 @@
 """Bad input files to every file-reading command: exit 2 and one line naming the file (and the
-field), never a traceback, a hang or silently accepted nonsense (issue 12, items 7 and 8)."""
+field), never a traceback, a hang or silently accepted nonsense."""
 
 from __future__ import annotations
 

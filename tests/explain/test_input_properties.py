@@ -1,5 +1,5 @@
 """Property: whatever bytes or YAML a file holds, every file-reading command ends with exit 0
-or 2, one line on stderr when it fails, and in bounded time (issue 12).
+or 2, one line on stderr when it fails, and in bounded time.
 
 Random bytes, random nested YAML (deep, wide, huge integers, timestamps, nulls) and valid
 inputs with one random subtree swapped in, for each file position of each command."""

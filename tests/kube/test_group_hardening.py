@@ -1,4 +1,4 @@
-"""Issue #25 over the API-server emulator: a gang member whose binding keeps failing backs off
+"""Over the API-server emulator: a gang member whose binding keeps failing backs off
 (binding POSTs counted against the backoff schedule), a PodGroup deleted while members are
 bound, PodGroups that cannot be read (reported naming the field, never scheduled on a stale
 copy), `scheduleTimeoutSeconds: 0`, and a PodGroup status write retried with backoff."""

@@ -1,4 +1,4 @@
-"""Objects the in-cluster scheduler cannot read whole (issue 25, class 1), end to end through
+"""Objects the in-cluster scheduler cannot read whole, end to end through
 the API-server emulator.
 
 A bound pod counts with every resource it holds whatever else it carries (before, one

@@ -1,4 +1,4 @@
-"""The simulator's limits cover every phase (issue #25, class 4 and the trace part of class 5):
+"""The simulator's limits cover every phase:
 preemption's and the group cycle's reads of a pod group count against the work limit; the pod
 caps are checked before a job, a generator or a trace row is expanded into its workers;
 worker names never collide with job names; `wall_seconds` is the whole run; trace cells and

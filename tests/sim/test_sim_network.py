@@ -1,4 +1,4 @@
-"""The simulator's network model (issue #22): level bandwidths and the core in scenario files
+"""The simulator's network model: level bandwidths and the core in scenario files
 (strict field errors), the hierarchical all-reduce time of a placement by hand, the reference
 placement (the whole cluster or the node type), stretch per job size and the GPU-hours lost to
 it, and the largest gang of 8-GPU workers each network level could still place."""

@@ -1,7 +1,7 @@
 """Dynamic Resource Allocation, pure: resource.k8s.io/v1 values, the CEL environment for
 device selectors and kube's structured allocator, with an NVLink-aware device order.
 
-What the DynamicResources plugin calls (issue #24):
+What the DynamicResources plugin calls:
 
     from scheduler.core.dra import Allocator, CelCache, DeviceClass, ResourceClaim, ...
 
