@@ -30,8 +30,15 @@ from plugins import (
 )
 from scheduler.core.config import SchedulerConfiguration, build_frameworks
 from scheduler.core.framework import Framework, PluginFactory
+from scheduler.core.reservation import DEFAULT_TIMEOUT
 
-__all__ = ["REGISTRY", "frameworks_for", "gpu_resource", "topology_levels"]
+__all__ = [
+    "REGISTRY",
+    "frameworks_for",
+    "gang_reservation_seconds",
+    "gpu_resource",
+    "topology_levels",
+]
 
 REGISTRY: dict[str, PluginFactory] = {
     scheduling_gates.NAME: scheduling_gates.new,
@@ -85,3 +92,15 @@ def topology_levels(config: SchedulerConfiguration) -> tuple[str, ...]:
         if args.topology_levels:
             return args.topology_levels
     return ()
+
+
+def gang_reservation_seconds(config: SchedulerConfiguration) -> float:
+    """How long a gang reservation holds its nodes (`scheduler.core.reservation`): the
+    configuration's GPUTopology `gangReservationSeconds`, from the first profile that sets it
+    (profiles share the group cycle); 0 (no reservations) when none does."""
+    for profile in config.profiles:
+        path = profile.args_path.get(gpu_topology.NAME, "")
+        args = gpu_topology.parse_args(profile.plugin_args.get(gpu_topology.NAME), path)
+        if args.gang_reservation_seconds is not None:
+            return args.gang_reservation_seconds
+    return DEFAULT_TIMEOUT

@@ -29,6 +29,7 @@ once; Filter's per-node verdicts are reused by Score. A pod asking for no GPUs s
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from scheduler.core.framework import (
 from scheduler.core.model import PodInfo
 from scheduler.core.network import DEFAULT_NIC_GBPS, NetworkBandwidth, NodeLinks
 from scheduler.core.quantity import is_extended_resource
+from scheduler.core.reservation import MAX_TIMEOUT as MAX_RESERVATION
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 from scheduler.core.topology.bandwidth import (
     DEFAULT_BANDWIDTH,
@@ -92,15 +94,17 @@ def reason_for(placement: Placement, count: int) -> str:
 @dataclass(frozen=True, slots=True)
 class GPUTopologyArgs:
     """Plugin args: the GPU resource name, the pair-score table, the link bandwidths, the
-    network topology levels (node label keys, widest first) that pod groups are placed in, and
-    the network's bandwidths the group cycle prices their placements with (None: not given,
-    the defaults)."""
+    network topology levels (node label keys, widest first) that pod groups are placed in, the
+    network's bandwidths the group cycle prices their placements with (None: not given, the
+    defaults), and the seconds a gang reservation holds its nodes (None: not given, 0: off;
+    `scheduler.core.reservation`)."""
 
     resource_name: str = DEFAULT_RESOURCE
     pair_scores: PairScoreTable = DEFAULT_TABLE
     link_bandwidth: LinkBandwidth = DEFAULT_BANDWIDTH
     topology_levels: tuple[str, ...] = ()
     network_bandwidth: NetworkBandwidth | None = None
+    gang_reservation_seconds: float | None = None
 
     @property
     def network(self) -> NetworkBandwidth:
@@ -115,11 +119,19 @@ class GPUTopologyArgs:
 def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     """GPUTopologyArgs: `resourceName`, `pairScores` ({sys,node,phb,pxb,pix,board,nvlink,...}),
     `linkBandwidth` (GB/s: {nvlink,board,pix,pxb,phb,node,sys}), `topologyLevels` ([node label
-    key, ...], widest first), `networkBandwidth` ({node, levels: {key: GB/s}, core})."""
+    key, ...], widest first), `networkBandwidth` ({node, levels: {key: GB/s}, core}),
+    `gangReservationSeconds` (0 to 604,800; 0: no reservations)."""
     data = strict_mapping(
         raw,
         path,
-        {"resourceName", "pairScores", "linkBandwidth", "topologyLevels", "networkBandwidth"},
+        {
+            "resourceName",
+            "pairScores",
+            "linkBandwidth",
+            "topologyLevels",
+            "networkBandwidth",
+            "gangReservationSeconds",
+        },
     )
     resource = data.get("resourceName", DEFAULT_RESOURCE)
     if not isinstance(resource, str) or not resource:
@@ -138,7 +150,23 @@ def parse_args(raw: Mapping[str, Any] | None, path: str) -> GPUTopologyArgs:
     network = None
     if data.get("networkBandwidth") is not None:
         network = network_bandwidth_args(data["networkBandwidth"], f"{path}.networkBandwidth")
-    return GPUTopologyArgs(resource, table, bandwidth, levels, network)
+    reservation = None
+    if data.get("gangReservationSeconds") is not None:
+        reservation = gang_reservation_seconds(
+            data["gangReservationSeconds"], f"{path}.gangReservationSeconds"
+        )
+    return GPUTopologyArgs(resource, table, bandwidth, levels, network, reservation)
+
+
+def gang_reservation_seconds(value: Any, path: str) -> float:
+    """`gangReservationSeconds`: how long a gang reservation holds its nodes before it
+    expires, 0 (no reservations) to 604,800 (7 days)."""
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if not valid or not math.isfinite(value) or not 0 <= value <= MAX_RESERVATION:
+        raise ConfigError(
+            f"{path}: must be seconds from 0 to {MAX_RESERVATION:,.0f}, got {value!r}"
+        )
+    return float(value)
 
 
 def _gbps(value: Any, path: str) -> float:

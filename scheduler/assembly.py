@@ -4,9 +4,10 @@
 From the configuration, the profiles, the binder, the hooks and the clock, `assemble` builds
 the cache (GPUTopology's resource), the queue (the QueueSort order, the configuration's pod
 backoff), the cycle with its nominator, and the group algorithm (the GPUTopology
-`topologyLevels` its domains are walked in, and the `networkBandwidth` it prices placements
-with), so that backoff, sort order, topology levels and
-preemption are wired in one place. Front ends differ only in what they pass in.
+`topologyLevels` its domains are walked in, the `networkBandwidth` it prices placements
+with, and the `gangReservationSeconds` its reservations hold nodes for), so that backoff,
+sort order, topology levels, reservations and preemption are wired in one place. Front ends
+differ only in what they pass in.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from plugins import frameworks_for, gpu_resource, topology_levels
+from plugins import frameworks_for, gang_reservation_seconds, gpu_resource, topology_levels
 from plugins.gpu_topology import network_bandwidth
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config
@@ -71,6 +72,7 @@ def assemble(
     groups: bool = True,
     levels: tuple[str, ...] | None = None,
     network: NetworkBandwidth | None = None,
+    reservation_timeout: float | None = None,
     observer: Callable[[GroupOutcome], None] | None = None,
     nominator: Nominator | None = None,
     initial_backoff: float | None = None,
@@ -83,7 +85,9 @@ def assemble(
     plugins); `clock`: the queue's (backoff, timeouts; the group algorithm reads it through
     the cycle); `cache`: one already filled (explain's snapshot); `groups`: whether pod groups
     are placed whole, in the `levels` given or the configuration's `topologyLevels`, priced
-    with the `network` figures given or the configuration's `networkBandwidth`."""
+    with the `network` figures given or the configuration's `networkBandwidth`, their
+    reservations held for the `reservation_timeout` given (the simulator's
+    `--gang-reservation`) or the configuration's `gangReservationSeconds`."""
     config = config if config is not None else default_config()
     profiles = dict(frameworks) if frameworks is not None else frameworks_for(config)
     queue: SchedulingQueue[PodInfo] = SchedulingQueue(
@@ -100,6 +104,11 @@ def assemble(
             levels if levels is not None else topology_levels(config),
             observer=observer,
             network=network if network is not None else network_bandwidth(config)[0],
+            reservation_timeout=(
+                reservation_timeout
+                if reservation_timeout is not None
+                else gang_reservation_seconds(config)
+            ),
         )
         cycle.groups = group_cycle
     return Assembly(config, profiles, cache, queue, cycle, group_cycle)

@@ -138,9 +138,10 @@ def _add_simulate(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
         "--gang-reservation",
         metavar="SECONDS",
         type=float,
-        default=0.0,
+        default=None,
         help="topo+ policies: hold capacity for a pod group that would fit once running pods "
-        "end, each reservation for at most SECONDS (default 0: none)",
+        "end, each reservation for at most SECONDS (0: none; default: the configuration's "
+        "GPUTopology gangReservationSeconds, 0 when it sets none)",
     )
     p.add_argument(
         "--gpu-request",

@@ -40,12 +40,13 @@ from typing import Any
 
 import structlog
 
-from plugins import topology_levels
+from plugins import gang_reservation_seconds, topology_levels
 from scheduler.core.config import SchedulerConfiguration
 from scheduler.core.cycle import PodScheduling
 from scheduler.core.group import (
     GroupCycle,
     GroupError,
+    GroupOutcome,
     GroupSpec,
     kubernetes_group,
     scheduler_plugins_group,
@@ -55,6 +56,7 @@ from scheduler.kube.client import ApiError
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.host import AdapterHost
 from scheduler.kube.informer import run_tasks
+from scheduler.kube.metrics import Metrics
 from scheduler.kube.reporter import CONDITION_SCHEDULED, PodGroupStatus
 
 Obj = dict[str, Any]
@@ -112,18 +114,33 @@ class KubeGroups:
         scheduling: PodScheduling,
         status: PodGroupStatus,
         recorder: EventRecorder,
+        metrics: Metrics | None = None,
     ) -> None:
         self.host = host
         self.cycle = cycle  # the assembled group algorithm; its outcomes are written here
         self.scheduling = scheduling  # what `GroupCycle.reconcile` moves members through
         self.status = status
         self.recorder = recorder
-        cycle.observer = status.outcome
+        self.metrics = metrics  # the gang reservation series, synced after each outcome
+        cycle.observer = self._outcome
         self.reflectors = status.reflectors  # filled here, read by the status writer
         self.discovered = asyncio.Event()
 
+    def _outcome(self, outcome: GroupOutcome) -> None:
+        self.status.outcome(outcome)
+        self.sync_metrics()
+
+    def sync_metrics(self) -> None:
+        """The gang reservation series in step with the group cycle's reservations."""
+        if self.metrics is not None:
+            clock = self.cycle.clock or self.scheduling.now  # the group cycle's clock
+            self.metrics.sync_reservations(self.cycle.reservations, clock())
+
     def apply_config(self, config: SchedulerConfiguration) -> None:
+        """A new configuration's `topologyLevels` and `gangReservationSeconds` (0: no new
+        reservation; one already held keeps its expiry)."""
         self.cycle.levels = topology_levels(config)
+        self.cycle.reservations.timeout = gang_reservation_seconds(config)
 
     # -- discovery and watches ------------------------------------------------------------
 

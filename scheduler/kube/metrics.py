@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from scheduler.core.reservation import Reservations
+
+RESERVATION_RESULTS = ("made", "fulfilled", "expired", "released")
+"""The `result` label of `topo_scheduler_gang_reservations_total`: the `Reservations`
+counts of the same names."""
+
 _LATENCY_BUCKETS = (
     0.0005,
     0.001,
@@ -140,6 +146,30 @@ class Metrics:
             ["client"],
             registry=r,
         )
+        self.gang_reservations_held = Gauge(
+            "topo_scheduler_gang_reservations_held",
+            "Gang reservations held now: pod groups with nodes held for them as they free "
+            "(GPUTopology gangReservationSeconds).",
+            registry=r,
+        )
+        self.gang_reservations = Counter(
+            "topo_scheduler_gang_reservations",
+            "Gang reservations by result: made, fulfilled (the group was placed while it "
+            "held it), expired (its gangReservationSeconds ran out), released (taken over by "
+            "a group of higher priority, or a held node or the group is gone).",
+            ["result"],
+            registry=r,
+        )
+        for result in RESERVATION_RESULTS:
+            self.gang_reservations.labels(result)
+        self.gang_reservation_gpu_seconds = Counter(
+            "topo_scheduler_gang_reservation_gpu_seconds",
+            "GPUs held by gang reservations x seconds held.",
+            registry=r,
+        )
+        # the `Reservations` counts and GPU-seconds at the last `sync_reservations`
+        self._reservations_seen = dict.fromkeys(RESERVATION_RESULTS, 0)
+        self._reservation_gpu_seconds_seen = 0.0
         self.is_leader = Gauge(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
@@ -147,3 +177,19 @@ class Metrics:
             ["name"],
             registry=r,
         )
+
+    def sync_reservations(self, book: Reservations, now: float) -> None:
+        """Bring the gang reservation series in step with the group cycle's `book` at `now`
+        (its clock): the held gauge, and each counter by what it grew since the last sync
+        (counters never decrease)."""
+        self.gang_reservations_held.set(len(book.held))
+        for result in RESERVATION_RESULTS:
+            count: int = getattr(book, result)
+            grown = count - self._reservations_seen[result]
+            if grown > 0:
+                self.gang_reservations.labels(result).inc(grown)
+                self._reservations_seen[result] = count
+        gpu_seconds = book.gpu_seconds(now)
+        if gpu_seconds > self._reservation_gpu_seconds_seen:
+            self.gang_reservation_gpu_seconds.inc(gpu_seconds - self._reservation_gpu_seconds_seen)
+            self._reservation_gpu_seconds_seen = gpu_seconds

@@ -148,7 +148,12 @@ class KubeScheduler(CycleHooks):
         # PodGroup discovery and watches; their status writes
         self.group_status = PodGroupStatus(self.host)
         self.groups = KubeGroups(
-            self.host, assembly.groups, self.cycle, self.group_status, self.recorder
+            self.host,
+            assembly.groups,
+            self.cycle,
+            self.group_status,
+            self.recorder,
+            self.metrics,
         )
         self.active = False  # scheduling allowed (leader, not shutting down)
         self.aborting = False  # leadership lost: do not start new binding requests
@@ -339,6 +344,7 @@ class KubeScheduler(CycleHooks):
         self.metrics.cache_size.labels("pods").set(self.cache.pod_count)
         self.metrics.cache_size.labels("assumed_pods").set(len(self.binding))
         self.metrics.foreign_pending.set(len(self.handlers.foreign))
+        self.groups.sync_metrics()  # reservations' GPU-seconds grow while held
 
 
 async def collector_paused_until_synced(sched: KubeScheduler, limit: float = 120.0) -> None:

@@ -62,9 +62,11 @@ def simulate(
     progress: Callable[[str], Callable[[int], None]] | None = None,
     trace: TraceReplay | None = None,
     preemption: bool = True,
-    reservation_timeout: float = 0.0,
+    reservation_timeout: float | None = None,
 ) -> tuple[dict[str, Any], dict[str, Simulation]]:
-    """Run each policy on the scenario; returns the JSON document and the simulations."""
+    """Run each policy on the scenario; returns the JSON document and the simulations.
+    `reservation_timeout`: the seconds gang reservations hold nodes for (None: the
+    configuration's GPUTopology `gangReservationSeconds`)."""
     started = time.perf_counter()
     sims: dict[str, Simulation] = {}
     for policy in dict.fromkeys(POLICY_ALIASES.get(p, p) for p in policies):
@@ -136,7 +138,10 @@ def _scenario(args: argparse.Namespace) -> tuple[Scenario, TraceReplay | None]:
     return scenario, replay
 
 
-def _reservation(seconds: float) -> float:
+def _reservation(seconds: float | None) -> float | None:
+    """`--gang-reservation SECONDS`; None (not given): the configuration's value."""
+    if seconds is None:
+        return None
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SECONDS:
         raise ScenarioError(
             f"--gang-reservation: must be seconds from 0 to {MAX_SECONDS:,}, got {seconds:g}"

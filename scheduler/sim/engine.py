@@ -235,7 +235,7 @@ class Simulation:
         on_decision: DecisionHook | None = None,
         progress: Callable[[int], None] | None = None,
         preemption: bool = True,
-        reservation_timeout: float = 0.0,
+        reservation_timeout: float | None = None,
     ) -> None:
         from plugins import frameworks_for, topology_levels
         from plugins.gpu_topology import network_bandwidth
@@ -289,13 +289,14 @@ class Simulation:
             groups=policy in (TOPO, TOPO_NVIDIA_DP),
             levels=topology_levels(self.config) or scenario.network_levels,
             network=network if declared else scheduler_network(scenario, network),
+            # `--gang-reservation SECONDS` when given, else the configuration's
+            # gangReservationSeconds
+            reservation_timeout=reservation_timeout,
         )
         self.cache: Cache = assembly.cache
         self.queue: SchedulingQueue[PodInfo] = assembly.queue
         self.cycle: Scheduler = assembly.cycle
         self.cycle.pending_members = self._pending_members
-        if self.cycle.groups is not None:  # `--gang-reservation SECONDS`
-            self.cycle.groups.reservations.timeout = reservation_timeout
         preempt_for_group = self.cycle.preempt_for_group
 
         def metered_preempt_for_group(leader: PodInfo, members: Sequence[PodInfo]) -> str | None:

@@ -7,9 +7,13 @@ from typing import Any
 from core_support import node_info, pod
 from test_core_group import Cluster, gpu_node, member
 
-from scheduler.core.model import PodInfo
+from scheduler.assembly import assemble
+from scheduler.core.cache import Cache
+from scheduler.core.config import SchedulerConfiguration, default_config, load_config
+from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent
 from scheduler.core.reservation import DEFAULT_TIMEOUT, SUGGESTED_TIMEOUT
+from scheduler.explain.dryrun import DryRunBinder
 
 
 def running(name: str, node: str, gpus: int, namespace: str = "default") -> PodInfo:
@@ -145,3 +149,39 @@ def test_reservations_off_by_default() -> None:
     c.add(member("w0", min_member=2), member("w1", min_member=2))
     c.run()
     assert c.sched.groups.reservations.made == 0
+
+
+def configured(seconds: float) -> SchedulerConfiguration:
+    args = {"gangReservationSeconds": seconds}
+    return load_config({"profiles": [{"pluginConfig": [{"name": "GPUTopology", "args": args}]}]})
+
+
+def assembled_reservations(
+    config: SchedulerConfiguration, timeout: float | None = None
+) -> tuple[float, int]:
+    """The assembled group cycle's timeout, and the reservations it made for a group that
+    fits once the running pods end (the busy cluster's)."""
+    cache = Cache()
+    for name in ("n0", "n1", "n2"):
+        cache.add_node(NodeInfo.from_object(gpu_node(name)))
+    for p in (running("r0", "n0", 4), running("r1", "n1", 4), running("r2", "n2", 8)):
+        cache.add_pod(p)
+    parts = assemble(
+        config, DryRunBinder(), clock=lambda: 0.0, cache=cache, reservation_timeout=timeout
+    )
+    for obj in (member("w0", min_member=2), member("w1", min_member=2)):
+        parts.cycle.enqueue(PodInfo.from_object(obj))
+    while (qp := parts.queue.pop()) is not None:
+        parts.cycle.schedule(qp)
+    assert parts.groups is not None
+    book = parts.groups.reservations
+    return book.timeout, book.made
+
+
+def test_assemble_gives_the_group_cycle_the_configured_reservation_timeout() -> None:
+    assert assembled_reservations(configured(1800)) == (1800.0, 1)
+    assert assembled_reservations(default_config()) == (0.0, 0)  # off by default
+    assert assembled_reservations(configured(0)) == (0.0, 0)
+    # an explicit timeout (the simulator's --gang-reservation) wins over the configuration
+    assert assembled_reservations(configured(1800), timeout=0.0) == (0.0, 0)
+    assert assembled_reservations(default_config(), timeout=600.0) == (600.0, 1)

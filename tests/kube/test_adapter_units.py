@@ -10,8 +10,10 @@ import urllib.request
 
 import pytest
 
-from scheduler.core.config import default_config
+from scheduler.core.config import SchedulerConfiguration, default_config
+from scheduler.core.group import GroupOutcome, GroupSpec
 from scheduler.core.model import PodInfo
+from scheduler.core.reservation import Reservation, Reservations
 from scheduler.kube.client import ApiError, ClientOptions, KubeClient
 from scheduler.kube.events import EventRecorder, ObjectRef
 from scheduler.kube.leader import LeaderElector, LeaseTiming
@@ -158,6 +160,91 @@ def test_metrics_registries_are_per_process_object() -> None:
     assert b.registry.get_sample_value(name, {"result": "success"}) is None
 
 
+def _reservation(group: str, gpus: int, since: float) -> Reservation:
+    namespace = group.partition("/")[0]
+    gid = ("annotation", group)
+    return Reservation(gid, group, namespace, 0, {}, gpus, since, since + 600.0)
+
+
+def test_gang_reservation_metrics_follow_the_reservations() -> None:
+    metrics = Metrics()
+    value = metrics.registry.get_sample_value
+
+    def counts() -> dict[str, float | None]:
+        results = ("made", "fulfilled", "expired", "released")
+        name = "topo_scheduler_gang_reservations_total"
+        return {r: value(name, {"result": r}) for r in results}
+
+    def gpu_seconds() -> float | None:
+        return value("topo_scheduler_gang_reservation_gpu_seconds_total")
+
+    book = Reservations(600.0)
+    metrics.sync_reservations(book, 0.0)
+    assert value("topo_scheduler_gang_reservations_held") == 0.0
+    assert counts() == {"made": 0.0, "fulfilled": 0.0, "expired": 0.0, "released": 0.0}
+    assert gpu_seconds() == 0.0
+    book.add(_reservation("ml/a", 16, 0.0))
+    book.add(_reservation("dev/b", 8, 0.0))
+    metrics.sync_reservations(book, 100.0)
+    assert value("topo_scheduler_gang_reservations_held") == 2.0
+    assert counts()["made"] == 2.0
+    assert gpu_seconds() == 2400.0  # held so far: (16 + 8) GPUs x 100 s
+    book.end(("annotation", "ml/a"), 200.0, "fulfilled")
+    book.end(("annotation", "dev/b"), 600.0, "expired")
+    metrics.sync_reservations(book, 600.0)
+    assert value("topo_scheduler_gang_reservations_held") == 0.0
+    assert counts() == {"made": 2.0, "fulfilled": 1.0, "expired": 1.0, "released": 0.0}
+    assert gpu_seconds() == 16 * 200 + 8 * 600
+    metrics.sync_reservations(book, 700.0)  # nothing held: nothing grows
+    assert counts()["made"] == 2.0 and gpu_seconds() == 8000.0
+    book.add(_reservation("ml/c", 4, 700.0))
+    metrics.sync_reservations(book, 800.0)
+    assert gpu_seconds() == 8400.0
+    # ended at an earlier time than the last sync counted it held: the counter keeps its value
+    book.end(("annotation", "ml/c"), 750.0, "released")
+    metrics.sync_reservations(book, 800.0)
+    assert counts()["released"] == 1.0 and gpu_seconds() == 8400.0
+
+
+def test_gang_reservations_from_the_configuration_applied_live_and_measured() -> None:
+    from plugins import frameworks_for
+    from scheduler.core.config import load_config
+    from scheduler.kube.scheduler import Options
+
+    def configured(seconds: float) -> SchedulerConfiguration:
+        args = {"gangReservationSeconds": seconds}
+        plugin = {"name": "GPUTopology", "args": args}
+        return load_config({"profiles": [{"pluginConfig": [plugin]}]})
+
+    now = [0.0]
+    client = KubeClient.for_url("http://127.0.0.1:9")
+    config = configured(3600)
+    sched = KubeScheduler(
+        client, config, frameworks_for(config), options=Options(clock=lambda: now[0])
+    )
+    book = sched.groups.cycle.reservations
+    assert book.timeout == 3600.0
+    # every group outcome brings the metrics in step with the reservations
+    held = _reservation("ml/a", 16, 0.0)
+    book.add(held)
+    now[0] = 10.0
+    observe = sched.groups.cycle.observer
+    assert observe is not None
+    spec = GroupSpec("annotation", "ml", "a", 2)
+    observe(GroupOutcome(spec, {}, False, False, 0, "did not fit", reservation=held))
+    value = sched.metrics.registry.get_sample_value
+    assert value("topo_scheduler_gang_reservations_held") == 1.0
+    assert value("topo_scheduler_gang_reservations_total", {"result": "made"}) == 1.0
+    assert value("topo_scheduler_gang_reservation_gpu_seconds_total") == 160.0
+    # a ConfigMap change: the new timeout without restart; the reservation held keeps its expiry
+    changed = configured(60)
+    sched.apply_config(changed, frameworks_for(changed))
+    assert book.timeout == 60.0
+    assert book.held[("annotation", "ml/a")].expires == 600.0
+    sched.apply_config(default_config(), frameworks_for(default_config()))
+    assert book.timeout == 0.0 and not book.enabled
+
+
 def test_fast_parse_path_equals_full_parse() -> None:
     sched = KubeScheduler(KubeClient.for_url("http://127.0.0.1:9"), default_config(), {})
     pending = make_pod("p", gpus=2)
@@ -173,7 +260,10 @@ def test_fast_parse_path_equals_full_parse() -> None:
     bound["metadata"]["resourceVersion"] = "4"
     bound["status"]["phase"] = "Running"
     assert sched.handlers.parse_pod(bound, pending) == PodInfo.from_object(bound)
-    assert sched.handlers.parse_pod(bound, pending).annotations == PodInfo.from_object(bound).annotations
+    assert (
+        sched.handlers.parse_pod(bound, pending).annotations
+        == PodInfo.from_object(bound).annotations
+    )
     changed = json.loads(json.dumps(bound))
     changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
     assert sched.handlers.parse_pod(changed, bound).requests["cpu"] == 3000

@@ -150,13 +150,16 @@ def test_shipped_queue_cluster_loads() -> None:
     assert scenario.namespace_for(4) == "dev-small"
 
 
+# small jobs hold part of both nodes as a two-node gang arrives; more keep coming
+GANG_JOBS = [
+    {"name": "s", "gpus": 1, "count": 4, "duration": 500, "interval": 1},
+    {"name": "g", "gpus": 8, "workers": 2, "arrival": 10, "duration": 100},
+    {"name": "t", "gpus": 1, "count": 8, "arrival": 20, "interval": 100, "duration": 500},
+]
+
+
 def test_gang_reservation_holds_nodes_for_a_gang(capsys: pytest.CaptureFixture[str]) -> None:
-    jobs = [
-        {"name": "s", "gpus": 1, "count": 4, "duration": 500, "interval": 1},
-        {"name": "g", "gpus": 8, "workers": 2, "arrival": 10, "duration": 100},
-        {"name": "t", "gpus": 1, "count": 8, "arrival": 20, "interval": 100, "duration": 500},
-    ]
-    scenario = parse_scenario({"name": "r", "nodes": NODES, "jobs": jobs})
+    scenario = parse_scenario({"name": "r", "nodes": NODES, "jobs": GANG_JOBS})
     from scheduler.sim.report import summarize
 
     held = summarize(
@@ -170,3 +173,28 @@ def test_gang_reservation_holds_nodes_for_a_gang(capsys: pytest.CaptureFixture[s
     assert gang_wait < plain["by_gpus"]["8"]["wait_seconds"]["mean"]
     assert main(["simulate", "--gang-reservation", "-1"]) == 2
     assert "--gang-reservation: must be seconds" in capsys.readouterr().err
+
+
+def test_gang_reservation_from_the_configuration_unless_the_flag_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "r.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "r", "nodes": NODES, "jobs": GANG_JOBS}))
+    args = {"gangReservationSeconds": 3600}
+    profile = {
+        "schedulerName": "topo-scheduler",
+        "pluginConfig": [{"name": "GPUTopology", "args": args}],
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"profiles": [profile]}))
+
+    def made(*flags: str) -> int:
+        argv = ["simulate", str(scenario), "--policy", "topology", "--output", "json", *flags]
+        assert main(argv) == 0
+        doc = json.loads(capsys.readouterr().out)
+        return int(doc["policies"]["topo+topo-dp"]["reservations"]["made"])
+
+    assert made("--config", str(config)) == 1  # the configuration's gangReservationSeconds
+    assert made("--config", str(config), "--gang-reservation", "0") == 0  # the flag wins
+    assert made() == 0  # neither: off
+    assert made("--gang-reservation", "3600") == 1

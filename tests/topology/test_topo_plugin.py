@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 
-from plugins import node_resources_fit
+from plugins import frameworks_for, gang_reservation_seconds, node_resources_fit
 from plugins.gpu_topology import (
     REASON_NO_TOPOLOGY,
     REASON_NOT_ENOUGH,
@@ -17,7 +18,7 @@ from plugins.gpu_topology import (
     parse_args,
 )
 from scheduler.core.cache import Cache
-from scheduler.core.config import ConfigError
+from scheduler.core.config import ConfigError, default_config, load_config
 from scheduler.core.framework import CycleState, Framework
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.topology import (
@@ -287,3 +288,45 @@ def test_args() -> None:
     with pytest.raises(ConfigError, match='unknown field "weights"'):
         parse_args({"weights": 1}, "a")
     assert isinstance(new(None, "a"), GPUTopology)
+
+
+def _reservation_config(*seconds: Any) -> dict[str, Any]:
+    """A configuration with one profile per value, each setting `gangReservationSeconds`
+    to it (None: the profile sets no GPUTopology args)."""
+    profiles = []
+    for i, value in enumerate(seconds):
+        profile: dict[str, Any] = {"schedulerName": f"topo-{i}"}
+        if value is not None:
+            args = {"gangReservationSeconds": value}
+            profile["pluginConfig"] = [{"name": "GPUTopology", "args": args}]
+        profiles.append(profile)
+    return {"profiles": profiles}
+
+
+def test_gang_reservation_seconds_arg() -> None:
+    assert parse_args(None, "a").gang_reservation_seconds is None
+    assert parse_args({"gangReservationSeconds": None}, "a").gang_reservation_seconds is None
+    for value in (0, 3600, 0.5, 604_800):
+        args = parse_args({"gangReservationSeconds": value}, "a")
+        assert args.gang_reservation_seconds == float(value)
+    # the configuration's: the first profile that sets it (0 included), else 0 (off)
+    assert gang_reservation_seconds(default_config()) == 0.0
+    assert gang_reservation_seconds(load_config(_reservation_config(None, 600))) == 600.0
+    assert gang_reservation_seconds(load_config(_reservation_config(0, 600))) == 0.0
+    assert gang_reservation_seconds(load_config(_reservation_config(1800, 600))) == 1800.0
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(-1, "-1"), ("x", "'x'"), (True, "True"), (math.nan, "nan"), (10**9, "1000000000"),
+     (604_800.5, "604800.5"), (math.inf, "inf"), ([3600], "[3600]")],
+)  # fmt: skip
+def test_gang_reservation_seconds_rejected_with_the_field(value: Any, shown: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        frameworks_for(load_config(_reservation_config(value)))  # as the scheduler loads it
+    message = str(caught.value)
+    assert message == (
+        "profiles[0].pluginConfig[0].args.gangReservationSeconds: "
+        f"must be seconds from 0 to 604,800, got {shown}"
+    )
+    assert "\n" not in message
