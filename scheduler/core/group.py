@@ -104,6 +104,7 @@ from scheduler.core.network import (
 from scheduler.core.quantity import QuantityError, parse_quantity, to_units
 from scheduler.core.queue import ClusterEvent, QueuedPod, Where
 from scheduler.core.reservation import DEFAULT_TIMEOUT, Reservation, Reservations
+from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.schema import ANNOTATION_PLACEMENT
 from scheduler.core.topology.select import GpuSelector
 
@@ -827,16 +828,15 @@ class GroupCycle:
         if snapshot.quotas.active and snapshot.quotas.check_group(members) is not None:
             return None  # over its quota: freed nodes would not admit it
         priority = max(pod.priority for pod in members)
-        holder = book.of_queue(spec.namespace)
-        if holder is not None and holder.priority >= priority:
-            return None
-        chosen = self._hold_nodes(
-            sched, spec, members, book.nodes_held(holder.group if holder else None)
-        )
-        if chosen is None:
-            return None
-        if holder is not None:
-            self._unhold(sched, holder.group, now, "released")
+        chosen = self._hold_nodes(sched, spec, members, book.nodes_held())
+        if chosen is None:  # every node that would do is held: take over a lesser one
+            lesser = book.lowest_below(spec.namespace, priority)
+            if lesser is None:
+                return None
+            chosen = self._hold_nodes(sched, spec, members, book.nodes_held(lesser.group))
+            if chosen is None:
+                return None
+            self._unhold(sched, lesser.group, now, "released")
         resource = snapshot.gpus.resource
         reservation = Reservation(
             gid,
@@ -1015,8 +1015,31 @@ class GroupCycle:
                     mask = index.mask(room.domain)
                     candidates.append(_Candidate(rank, index, room, bound(mask), walked))
         domains = len(candidates)
-        candidates.append(_Candidate(len(keys), None, None, bound(None), None))
         how = "topology-preferred" if spec.preferred else "no topology request"
+        waits_in = self._held_level(snapshot, keys, spec.id)
+        if waits_in is not None:  # it waits for its held nodes rather than go wider
+            held_rank, held_value = waits_in
+            candidates = [c for c in candidates if c.rank <= held_rank]
+            if not any(
+                c.rank == held_rank and c.room and c.room.value == held_value for c in candidates
+            ):
+                # its own members' holds hide the held domain's room from the count
+                index = domain_index(snapshot, keys[held_rank])
+                domain = index.values.index(held_value)
+                room = Room(domain, held_value, 0, len(pending), 0)
+                mask = index.mask(domain)
+                candidates.append(_Candidate(held_rank, index, room, bound(mask), None))
+            chosen, partial = self._search(sched, pending, placed, candidates, len(pending), walk)
+            if chosen is None:
+                walk.best = partial
+                message = (
+                    f"pod group {spec.key}: no {level_name(keys[held_rank])} domain holds its "
+                    f"{len(pending)} pods now; it waits for the nodes held for it in "
+                    f"{keys[held_rank]}={held_value} rather than span wider"
+                )
+                return _Attempt([], []), None, message
+            return chosen, self._note(chosen, candidates, how, walk), None
+        candidates.append(_Candidate(len(keys), None, None, bound(None), None))
         chosen, _ = self._search(sched, pending, placed, candidates, len(pending), walk)
         assert chosen is not None  # the whole cluster is always taken
         if chosen.domain is not None:
@@ -1032,6 +1055,24 @@ class GroupCycle:
             note += f" (runner-up {_domain_name(walk.runner_up.domain)}: "
             note += f"{_gbps(walk.runner_up.busbw)})"
         return chosen, note, None
+
+    def _held_level(
+        self, snapshot: Snapshot, keys: list[str], gid: GroupId
+    ) -> tuple[int, str] | None:
+        """The narrowest level (its rank in `keys`, and the domain) holding every node of the
+        group's reservation; None: no reservation, or its nodes share no domain."""
+        held = self.reservations.held.get(gid)
+        if held is None:
+            return None
+        slots = [snapshot.index.get(node) for node in held.nodes]
+        if any(slot is None for slot in slots):
+            return None
+        for rank, key in enumerate(keys):
+            index = domain_index(snapshot, key)
+            ids = {index.of_slot(slot) for slot in slots if slot is not None}
+            if len(ids) == 1 and (domain := ids.pop()) >= 0:
+                return rank, index.values[domain]
+        return None
 
     def _search(
         self,

@@ -10,18 +10,20 @@ held nodes (or any others) have the room.
 
 Bounds, so no reservation starves the others and none can deadlock:
 
-- at most one reservation per queue (the group's namespace: one ElasticQuota each), taken by
-  the first group of that queue to fail in queue order (priority, then fair share, then age);
-  a group of higher priority takes it over from a lower one;
 - a reservation never holds a node another reservation holds, and is made only when its own
   nodes hold the whole group when empty: each reservation completes as its own nodes free,
-  whatever the others do;
+  whatever the others do; a group that finds every such node held may take over the
+  reservation of the lowest priority below its own in its queue (the group's namespace);
+- a group holding nodes inside one domain of a topology level is not placed wider than that
+  domain while it holds them (it waits for them rather than span spines);
 - it expires after `timeout` seconds; the group may not reserve again for as long, so other
-  groups of its queue get their turn.
+  groups get their turn.
 
 (Volcano's reservation design elects one target job, the highest priority waiting longest,
-and locks the nodes with the most idle resources until it is placed; this follows it, per
-queue and with a timeout.)
+and locks the nodes with the most idle resources until it is placed; this holds nodes for
+every waiting group that has disjoint nodes to hold, as kube-scheduler's partial placement
+of a gang's workers accumulates GPUs for each gang at once, but all or nothing, with a
+timeout.)
 """
 
 from __future__ import annotations
@@ -87,8 +89,11 @@ class Reservations:
     def enabled(self) -> bool:
         return self.timeout > 0
 
-    def of_queue(self, queue: str) -> Reservation | None:
-        return next((r for r in self.held.values() if r.queue == queue), None)
+    def lowest_below(self, queue: str, priority: int) -> Reservation | None:
+        """The queue's reservation of the lowest priority below `priority` (the last made
+        among equals), or None."""
+        lesser = [r for r in self.held.values() if r.queue == queue and r.priority < priority]
+        return min(reversed(lesser), key=lambda r: r.priority, default=None)
 
     def nodes_held(self, other_than: GroupId | None = None) -> set[str]:
         return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core_support import node_info, pod
-from test_core_group import Cluster, gpu_node, member
+from test_core_group import RACK, SPINE, Cluster, gpu_node, labels_of, member, racks
 
 from scheduler.assembly import assemble
 from scheduler.core.cache import Cache
@@ -16,7 +16,9 @@ from scheduler.core.reservation import DEFAULT_TIMEOUT, SUGGESTED_TIMEOUT
 from scheduler.explain.dryrun import DryRunBinder
 
 
-def running(name: str, node: str, gpus: int, namespace: str = "default") -> PodInfo:
+def running(
+    name: str, node: str, gpus: int, namespace: str = "default", priority: int = 0
+) -> PodInfo:
     obj = pod(
         name,
         {"cpu": "1", "nvidia.com/gpu": str(gpus)},
@@ -24,6 +26,8 @@ def running(name: str, node: str, gpus: int, namespace: str = "default") -> PodI
         node_name=node,
         phase="Running",
     )
+    if priority:
+        obj["spec"]["priority"] = priority
     return PodInfo.from_object(obj)
 
 
@@ -115,10 +119,19 @@ def test_a_reservation_expires_and_the_group_waits_its_turn() -> None:
     assert "capacity held" not in c.events.failures[-1][1]
 
 
-def test_one_reservation_per_queue_and_none_on_held_nodes() -> None:
-    c = held_cluster([gpu_node(f"n{i}") for i in range(4)])
-    for i in range(4):
-        c.cache.add_pod(running(f"r{i}", f"n{i}", 2))
+def four_busy_nodes(levels: tuple[str, ...] = ()) -> Cluster:
+    """Four 8-GPU nodes with 2 GPUs used on each by pods no group here may preempt (racks
+    of two under two spines)."""
+    c = Cluster(racks([2, 2], spines=2), levels=levels)
+    assert c.sched.groups is not None
+    c.sched.groups.reservations.timeout = SUGGESTED_TIMEOUT
+    for name in ("r0n0", "r0n1", "r1n0", "r1n1"):
+        c.cache.add_pod(running(f"run-{name}", name, 2, priority=1000))
+    return c
+
+
+def test_reservations_never_share_a_node() -> None:
+    c = four_busy_nodes()
     c.add(member("a0", "a", 2), member("a1", "a", 2))
     c.add(member("b0", "b", 2), member("b1", "b", 2))
     c.add(member("c0", "c", 2, namespace="dev"), member("c1", "c", 2, namespace="dev"))
@@ -126,8 +139,56 @@ def test_one_reservation_per_queue_and_none_on_held_nodes() -> None:
     groups = c.sched.groups
     assert groups is not None
     held = groups.reservations.held
-    assert set(held) == {("annotation", "ml/a"), ("annotation", "dev/c")}
-    assert set(held[("annotation", "ml/a")].nodes).isdisjoint(held[("annotation", "dev/c")].nodes)
+    # two groups of one queue each hold two nodes; no node is left for the third
+    assert set(held) == {("annotation", "ml/a"), ("annotation", "ml/b")}
+    assert set(held[("annotation", "ml/a")].nodes).isdisjoint(held[("annotation", "ml/b")].nodes)
+    assert "capacity held" not in c.events.failures[-1][1]
+
+
+def test_a_group_of_higher_priority_takes_over_the_lesser_reservation_of_its_queue() -> None:
+    c = four_busy_nodes()
+    c.add(member("a0", "a", 2), member("a1", "a", 2))
+    c.add(member("b0", "b", 2), member("b1", "b", 2))
+    c.run()
+    urgent = [member(f"h{i}", "h", 2) for i in range(2)]
+    for obj in urgent:
+        obj["spec"]["priority"] = 100
+    c.add(*urgent)
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    assert set(groups.reservations.held) == {("annotation", "ml/a"), ("annotation", "ml/h")}
+    assert groups.reservations.released == 1
+    assert c.sched.nominator.get("ml/b0") is None
+
+
+def test_a_group_holding_nodes_in_one_spine_waits_for_them_rather_than_span_spines() -> None:
+    c = four_busy_nodes(levels=(SPINE, RACK))
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    held = groups.reservations.held[("annotation", "ml/llama")]
+    racks_held = {n[:2] for n in held.nodes}  # r0n1 -> r0: its rack
+    assert len(racks_held) == 1
+    (rack,) = racks_held
+    inside = list(held.nodes)
+    outside = [n for n in ("r0n0", "r0n1", "r1n0", "r1n1") if n not in inside]
+    # one held node and one node of the other spine free up: the two would hold the group
+    c.cache.remove_pod(f"default/run-{inside[0]}")
+    c.cache.remove_pod(f"default/run-{outside[0]}")
+    c.now = 60.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert c.bound == {}
+    assert "rather than span wider" in c.events.failures[-1][1]
+    # the other held node frees: the group goes to its rack
+    c.cache.remove_pod(f"default/run-{inside[1]}")
+    c.now = 200.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert {labels_of(c, k, RACK) for k in c.bound} == {f"rack{rack[1]}"}
+    assert groups.reservations.fulfilled == 1
 
 
 def test_no_reservation_for_a_group_no_freeing_can_hold() -> None:
