@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-TOPO, KUBE = "topo+topo-dp", "kube+nvidia-dp"
+from scheduler.sim.policies import KUBE_NVIDIA_DP as KUBE
+from scheduler.sim.policies import TOPO
 
 
 def trace_span(path: Path) -> float:

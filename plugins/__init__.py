@@ -5,6 +5,8 @@ Each module holds one plugin: its NAME, its args parsing, and a factory `new(arg
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from plugins import (
     balanced_allocation,
     capacity_scheduling,
@@ -82,25 +84,23 @@ def gpu_resource(config: SchedulerConfiguration) -> str:
     return gpu_topology.DEFAULT_RESOURCE
 
 
+def _gpu_topology_args(config: SchedulerConfiguration) -> Iterator[gpu_topology.GPUTopologyArgs]:
+    """Each profile's GPUTopology args, in profile order."""
+    for profile in config.profiles:
+        path = profile.args_path.get(gpu_topology.NAME, "")
+        yield gpu_topology.parse_args(profile.plugin_args.get(gpu_topology.NAME), path)
+
+
 def topology_levels(config: SchedulerConfiguration) -> tuple[str, ...]:
     """The network topology levels of the configuration's GPUTopology args
     (`topologyLevels`, node label keys widest first) that pod groups are placed in; the
     first profile that sets them (profiles share the cache and the group cycle)."""
-    for profile in config.profiles:
-        path = profile.args_path.get(gpu_topology.NAME, "")
-        args = gpu_topology.parse_args(profile.plugin_args.get(gpu_topology.NAME), path)
-        if args.topology_levels:
-            return args.topology_levels
-    return ()
+    return next((a.topology_levels for a in _gpu_topology_args(config) if a.topology_levels), ())
 
 
 def gang_reservation_seconds(config: SchedulerConfiguration) -> float:
     """How long a gang reservation holds its nodes (`scheduler.core.reservation`): the
     configuration's GPUTopology `gangReservationSeconds`, from the first profile that sets it
     (profiles share the group cycle); 0 (no reservations) when none does."""
-    for profile in config.profiles:
-        path = profile.args_path.get(gpu_topology.NAME, "")
-        args = gpu_topology.parse_args(profile.plugin_args.get(gpu_topology.NAME), path)
-        if args.gang_reservation_seconds is not None:
-            return args.gang_reservation_seconds
-    return DEFAULT_TIMEOUT
+    seconds = (a.gang_reservation_seconds for a in _gpu_topology_args(config))
+    return next((s for s in seconds if s is not None), DEFAULT_TIMEOUT)

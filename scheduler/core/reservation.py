@@ -32,13 +32,11 @@ from dataclasses import dataclass, field
 
 from scheduler.core.model import PodInfo
 
-__all__ = ["DEFAULT_TIMEOUT", "MAX_TIMEOUT", "SUGGESTED_TIMEOUT", "Reservation", "Reservations"]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_TIMEOUT", "Reservation", "Reservations"]
 
 DEFAULT_TIMEOUT = 0.0
 """Seconds a reservation holds its nodes before it expires; 0: no reservations (the default:
-on the Philly traces measured so far they lengthened waits, `docs/gang-scheduling.md`)."""
-SUGGESTED_TIMEOUT = 3600.0
-"""The timeout the measurements used."""
+held nodes idle while the rest free, a trade measured in `docs/gang-scheduling.md`)."""
 MAX_TIMEOUT = 7 * 86_400.0
 """The longest timeout the configuration accepts (GPUTopology's `gangReservationSeconds`)."""
 

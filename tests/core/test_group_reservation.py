@@ -12,8 +12,10 @@ from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config, load_config
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.queue import ClusterEvent
-from scheduler.core.reservation import DEFAULT_TIMEOUT, SUGGESTED_TIMEOUT
+from scheduler.core.reservation import DEFAULT_TIMEOUT
 from scheduler.explain.dryrun import DryRunBinder
+
+HOLD = 3600.0  # seconds a reservation holds its nodes in these tests
 
 
 def running(
@@ -41,7 +43,7 @@ def small(name: str, gpus: int = 2, priority: int = 0, namespace: str = "ml") ->
 def held_cluster(nodes: list[dict[str, Any]]) -> Cluster:
     c = Cluster(nodes)
     assert c.sched.groups is not None
-    c.sched.groups.reservations.timeout = SUGGESTED_TIMEOUT
+    c.sched.groups.reservations.timeout = HOLD
     return c
 
 
@@ -124,7 +126,7 @@ def four_busy_nodes(levels: tuple[str, ...] = ()) -> Cluster:
     of two under two spines)."""
     c = Cluster(racks([2, 2], spines=2), levels=levels)
     assert c.sched.groups is not None
-    c.sched.groups.reservations.timeout = SUGGESTED_TIMEOUT
+    c.sched.groups.reservations.timeout = HOLD
     for name in ("r0n0", "r0n1", "r1n0", "r1n1"):
         c.cache.add_pod(running(f"run-{name}", name, 2, priority=1000))
     return c
