@@ -382,31 +382,30 @@ def _cleanup(kueue: Api, namespace: str) -> Iterator[None]:
     """JobSets and Jobs, then the queues (their finalizers need Kueue running)."""
     yield
     api = kueue
+
+    def delete(path: str, body: dict[str, str]) -> None:
+        # A JobSet's Jobs may go with it between the list and the delete.
+        try:
+            api.call("DELETE", path, body)
+        except HTTPFailure as err:
+            if err.status != 404:
+                raise
+
     try:
         jobsets = api.get(f"/apis/{JOBSET}/namespaces/{namespace}/jobsets").get("items") or []
     except HTTPFailure as err:
         if err.status != 404:  # JobSet's CRD not installed
             raise
         jobsets = []
+    background = {"propagationPolicy": "Background"}
     for js in jobsets:
-        api.call(
-            "DELETE",
-            f"/apis/{JOBSET}/namespaces/{namespace}/jobsets/{js['metadata']['name']}",
-            {"propagationPolicy": "Background"},
-        )
+        name = js["metadata"]["name"]
+        delete(f"/apis/{JOBSET}/namespaces/{namespace}/jobsets/{name}", background)
     for job in api.get(f"/apis/batch/v1/namespaces/{namespace}/jobs").get("items") or []:
-        api.call(
-            "DELETE",
-            f"/apis/batch/v1/namespaces/{namespace}/jobs/{job['metadata']['name']}",
-            {"propagationPolicy": "Background"},
-        )
+        delete(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job['metadata']['name']}", background)
     for path in (
         f"/apis/{KUEUE}/namespaces/{namespace}/localqueues/training",
         f"/apis/{KUEUE}/clusterqueues/cq-{namespace}",
         f"/apis/{KUEUE}/resourceflavors/gpu-{namespace}",
     ):
-        try:
-            api.call("DELETE", path, {})
-        except HTTPFailure as err:
-            if err.status != 404:
-                raise
+        delete(path, {})
