@@ -62,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cmp_to_key
 from typing import Any
@@ -810,10 +810,7 @@ class GroupCycle:
         current = book.held.get(gid)
         if current is not None:
             if all(node in snapshot.index for _, node in current.members.values()):
-                for pod, node in current.members.values():
-                    if sched.nominated_node(pod) in (None, node):
-                        sched.hold(pod, node)
-                return current
+                return self._refresh(sched, spec, current)
             self._unhold(sched, gid, now, "released")  # a node it held is gone
         live = snapshot.live
         for resource, amount in spec.min_resources.items():
@@ -828,15 +825,16 @@ class GroupCycle:
         if snapshot.quotas.active and snapshot.quotas.check_group(members) is not None:
             return None  # over its quota: freed nodes would not admit it
         priority = max(pod.priority for pod in members)
-        chosen = self._hold_nodes(sched, spec, members, book.nodes_held())
-        if chosen is None:  # every node that would do is held: take over a lesser one
+        found = self._hold_nodes(sched, spec, members, book.nodes_held())
+        if found is None:  # every node that would do is held: take over a lesser one
             lesser = book.lowest_below(spec.namespace, priority)
             if lesser is None:
                 return None
-            chosen = self._hold_nodes(sched, spec, members, book.nodes_held(lesser.group))
-            if chosen is None:
+            found = self._hold_nodes(sched, spec, members, book.nodes_held(lesser.group))
+            if found is None:
                 return None
             self._unhold(sched, lesser.group, now, "released")
+        chosen = found[0]
         resource = snapshot.gpus.resource
         reservation = Reservation(
             gid,
@@ -853,14 +851,36 @@ class GroupCycle:
             sched.hold(pod, node)
         return reservation
 
+    def _refresh(self, sched: PodScheduling, spec: GroupSpec, current: Reservation) -> Reservation:
+        """Keep a group's reservation, moved to the nodes that would hold it with more GPUs
+        free now when other nodes have freed sooner than its own (held nodes only gain free
+        GPUs, so it moves only forward and never back)."""
+        members = [pod for pod, _ in current.members.values()]
+        others = self.reservations.nodes_held(current.group)
+        found = None
+        if _freed_elsewhere(sched.cache.snapshot, current, others):
+            found = self._hold_nodes(sched, spec, members, others)
+        if found is not None:
+            chosen = found[0]
+            moved = [(pod, chosen[pod.key]) for pod in members]
+            snapshot = sched.cache.snapshot
+            if _fitting_now(snapshot, moved) > _fitting_now(snapshot, current.members.values()):
+                for pod, node in current.members.values():
+                    sched.release_hold(pod, node)
+                current.members = {pod.key: (pod, chosen[pod.key]) for pod in members}
+        for pod, node in current.members.values():
+            if sched.nominated_node(pod) in (None, node):
+                sched.hold(pod, node)
+        return current
+
     def _hold_nodes(
         self, sched: PodScheduling, spec: GroupSpec, members: list[PodInfo], exclude: set[str]
-    ) -> dict[str, str] | None:
-        """Nodes that hold the members once their running pods end (pod key -> node): on
-        nodes no other reservation holds, whose filters fail the members only for what is in
-        use; in the narrowest domain that holds them all (a required level: only its
-        domains), the nodes with the most free now first (they free soonest). None: none
-        would."""
+    ) -> tuple[dict[str, str], int] | None:
+        """Nodes that hold the members once their running pods end (pod key -> node), and the
+        GPUs free on them now that the members would take: on nodes no other reservation
+        holds, whose filters fail the members only for what is in use; in the narrowest
+        domain that holds them all (a required level: only its domains), the nodes with the
+        most free now first (they free soonest). None: none would."""
         snapshot = sched.cache.snapshot
         n = snapshot.capacity
         spare = np.array(snapshot.allocatable[:, :n], dtype=np.int64, copy=True)
@@ -937,11 +957,10 @@ class GroupCycle:
                 if found is not None and (best is None or (-found[1], value) < (-best[0], best[1])):
                     best = (found[1], value, found[0])
             if best is not None:
-                return best[2]
+                return best[2], best[0]
         if spec.required is not None:
             return None
-        found = assign(None)
-        return found[0] if found is not None else None
+        return assign(None)
 
     def _report(self, outcome: GroupOutcome) -> None:
         self.last[outcome.spec.id] = outcome
@@ -1479,6 +1498,46 @@ def _short_of(sched: PodScheduling, spec: GroupSpec) -> str | None:
         if free < amount:
             return resource
     return None
+
+
+def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int:
+    """GPUs of the members whose held node has room for all their GPUs now."""
+    row = snapshot.row.get(snapshot.gpus.resource)
+    if row is None:
+        return 0
+    free: dict[str, int] = {}
+    fitting = 0
+    for pod, node in held:
+        slot = snapshot.index.get(node)
+        if slot is None:
+            continue
+        left = free.setdefault(
+            node, int(snapshot.allocatable[row, slot]) - int(snapshot.requested[row, slot])
+        )
+        gpus = int(pod.requests.get(snapshot.gpus.resource, 0))
+        if gpus <= left:
+            fitting += gpus
+            free[node] = left - gpus
+    return fitting
+
+
+def _freed_elsewhere(snapshot: Snapshot, reservation: Reservation, others: set[str]) -> bool:
+    """Whether a member lacks room on its held node now while a node no reservation holds
+    has room for some member (else moving cannot help: a cheap test)."""
+    row = snapshot.row.get(snapshot.gpus.resource)
+    if row is None:
+        return False
+    members = list(reservation.members.values())
+    if _fitting_now(snapshot, members) >= reservation.gpus:
+        return False
+    n = snapshot.capacity
+    free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
+    least = min(int(pod.requests.get(snapshot.gpus.resource, 0)) for pod, _ in members)
+    skip = {
+        snapshot.index[node] for node in others | set(reservation.nodes) if node in snapshot.index
+    }
+    roomier = np.flatnonzero(snapshot.live[:n] & (free >= max(1, least)))
+    return any(int(slot) not in skip for slot in roomier)
 
 
 def _freeing(reason: str) -> bool:

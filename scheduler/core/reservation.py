@@ -6,7 +6,10 @@ running pods use (`Insufficient ...`, too few free GPUs), gets those nodes held 
 member is nominated to one of them (the scheduler's one nominator, as preemption nominates),
 so every pod of equal or lower priority counts the member there and places elsewhere, or
 waits; pods of higher priority do not see it. The group is placed by its own cycle when the
-held nodes (or any others) have the room.
+held nodes (or any others) have the room. When a node no reservation holds has freed enough
+for a member while one of the group's own has not, the reservation moves to the nodes that
+give more of its members room now (as kube-scheduler's partially placed gang takes each node
+that frees first); it never moves to fewer.
 
 Bounds, so no reservation starves the others and none can deadlock:
 

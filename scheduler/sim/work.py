@@ -1,6 +1,6 @@
 """The simulator's work limit: every phase of a policy run counts against one budget.
 
-The budget is in node evaluations (`engine.WORK_LIMIT`, 50,000,000 per policy run; about 1-3 us
+The budget is in node evaluations (`engine.WORK_LIMIT`, 100,000,000 per policy run; about 1-3 us
 each on one core). What each phase is charged, always *before* it runs:
 
 - a scheduling attempt (`Framework.schedule`: one pod, or one member of a pod group placed by

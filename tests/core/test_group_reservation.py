@@ -121,6 +121,46 @@ def test_a_reservation_expires_and_the_group_waits_its_turn() -> None:
     assert "capacity held" not in c.events.failures[-1][1]
 
 
+def test_a_reservation_moves_to_a_node_that_freed_sooner_than_its_own() -> None:
+    """Held n0 and n1 stay busy; n2's pod ends first: the member held on the least free
+    of its nodes moves to n2, and the group starts once n0 frees, without waiting for
+    n1."""
+    c = held_cluster([gpu_node("n0"), gpu_node("n1"), gpu_node("n2")])
+    busy = [running("r0", "n0", 4), running("r1", "n1", 6), running("r2", "n2", 8)]
+    for p in busy:
+        c.cache.add_pod(p)
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    held = groups.reservations.held[("annotation", "ml/llama")]
+    assert held.nodes == ("n0", "n1")
+    # two GPUs free on n2: more than on n1, yet no member fits there now: it stays
+    c.cache.remove_pod(busy[2].key)
+    c.cache.add_pod(running("r2b", "n2", 6))
+    c.now = 60.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert groups.reservations.held[("annotation", "ml/llama")].nodes == ("n0", "n1")
+    # n2 empties: a member fits there now, it moves and n1 is no longer held
+    c.cache.remove_pod("default/r2b")
+    c.now = 120.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert "ml/w0" not in c.bound  # n0 still busy
+    assert groups.reservations.held[("annotation", "ml/llama")].nodes == ("n0", "n2")
+    assert {n.node for n in c.sched.nominator.on_node("n1")} == set()
+    c.add(small("s0", gpus=2))
+    c.run()
+    assert c.bound["ml/s0"] == "n1"  # n1 is free for others again
+    c.cache.remove_pod(busy[0].key)
+    c.now = 180.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert c.nodes_of("ml/w0", "ml/w1") == {"n0", "n2"}
+    assert groups.reservations.fulfilled == 1
+
+
 def four_busy_nodes(levels: tuple[str, ...] = ()) -> Cluster:
     """Four 8-GPU nodes with 2 GPUs used on each by pods no group here may preempt (racks
     of two under two spines)."""
