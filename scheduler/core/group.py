@@ -852,19 +852,35 @@ class GroupCycle:
         return reservation
 
     def _refresh(self, sched: PodScheduling, spec: GroupSpec, current: Reservation) -> Reservation:
-        """Keep a group's reservation, moved to the nodes that would hold it with more GPUs
-        free now when other nodes have freed sooner than its own (held nodes only gain free
-        GPUs, so it moves only forward and never back)."""
+        """Keep a group's reservation, moved to the nodes that give more of its members room
+        now when other nodes have freed sooner than its own (it moves only to more, never
+        back). Nodes of reservations after it (`_order`) that have room for a member now are
+        open to it, as kube-scheduler's oldest gang takes each node that frees first: a
+        reservation it takes a node from is released (made again on its next cycle), so free
+        nodes do not idle split among reservations that each wait for another."""
+        book = self.reservations
+        snapshot = sched.cache.snapshot
         members = [pod for pod, _ in current.members.values()]
-        others = self.reservations.nodes_held(current.group)
+        least = max(1, min(int(p.requests.get(snapshot.gpus.resource, 0)) for p in members))
+        closed: set[str] = set()  # nodes it may not take
+        later: dict[str, GroupId] = {}  # node -> the later reservation holding it
+        for gid, other in book.held.items():
+            if gid == current.group:
+                continue
+            for _, node in other.members.values():
+                if _order(other) < _order(current) or _free_gpus(snapshot, node) < least:
+                    closed.add(node)
+                else:
+                    later[node] = gid
         found = None
-        if _freed_elsewhere(sched.cache.snapshot, current, others):
-            found = self._hold_nodes(sched, spec, members, others)
+        if _freed_elsewhere(snapshot, current, closed):
+            found = self._hold_nodes(sched, spec, members, closed, roomiest=True)
         if found is not None:
             chosen = found[0]
             moved = [(pod, chosen[pod.key]) for pod in members]
-            snapshot = sched.cache.snapshot
             if _fitting_now(snapshot, moved) > _fitting_now(snapshot, current.members.values()):
+                for gid in dict.fromkeys(later[n] for n in chosen.values() if n in later):
+                    self._unhold(sched, gid, self._last_now, "released")
                 for pod, node in current.members.values():
                     sched.release_hold(pod, node)
                 current.members = {pod.key: (pod, chosen[pod.key]) for pod in members}
@@ -874,13 +890,20 @@ class GroupCycle:
         return current
 
     def _hold_nodes(
-        self, sched: PodScheduling, spec: GroupSpec, members: list[PodInfo], exclude: set[str]
+        self,
+        sched: PodScheduling,
+        spec: GroupSpec,
+        members: list[PodInfo],
+        exclude: set[str],
+        roomiest: bool = False,
     ) -> tuple[dict[str, str], int] | None:
         """Nodes that hold the members once their running pods end (pod key -> node), and the
-        GPUs free on them now that the members would take: on nodes no other reservation
-        holds, whose filters fail the members only for what is in use; in the narrowest
-        domain that holds them all (a required level: only its domains), the nodes with the
-        most free now first (they free soonest). None: none would."""
+        GPUs free on them now that the members would take: on nodes not in `exclude`, whose
+        filters fail the members only for what is in use; in the narrowest domain that holds
+        them all (a required level: only its domains), or with `roomiest` the domain of any
+        level with the most free now (the narrower on a tie; across the cluster only when no
+        domain holds them), the nodes with the most free now first (they free soonest).
+        None: none would."""
         snapshot = sched.cache.snapshot
         n = snapshot.capacity
         spare = np.array(snapshot.allocatable[:, :n], dtype=np.int64, copy=True)
@@ -949,6 +972,7 @@ class GroupCycle:
             keys = [spec.required]
         elif self.levels and not (asked is None and spec.anywhere):
             keys = walk_levels(self.levels, asked or self.levels[-1])
+        overall: tuple[int, str, dict[str, str]] | None = None
         for key in keys:
             index = domain_index(snapshot, key)
             best: tuple[int, str, dict[str, str]] | None = None
@@ -956,8 +980,12 @@ class GroupCycle:
                 found = assign(index.mask(domain)[:n])
                 if found is not None and (best is None or (-found[1], value) < (-best[0], best[1])):
                     best = (found[1], value, found[0])
-            if best is not None:
+            if best is not None and not roomiest:
                 return best[2], best[0]
+            if best is not None and (overall is None or best[0] > overall[0]):
+                overall = best
+        if overall is not None:
+            return overall[2], overall[0]
         if spec.required is not None:
             return None
         return assign(None)
@@ -1498,6 +1526,20 @@ def _short_of(sched: PodScheduling, spec: GroupSpec) -> str | None:
         if free < amount:
             return resource
     return None
+
+
+def _order(reservation: Reservation) -> tuple[int, float, str]:
+    """Reservations' order for free nodes, as kube-scheduler's queue orders pods: higher
+    priority first, then the group created earlier."""
+    return (-reservation.priority, reservation.since, reservation.name)
+
+
+def _free_gpus(snapshot: Snapshot, node: str) -> int:
+    row = snapshot.row.get(snapshot.gpus.resource)
+    slot = snapshot.index.get(node)
+    if row is None or slot is None:
+        return 0
+    return int(snapshot.allocatable[row, slot]) - int(snapshot.requested[row, slot])
 
 
 def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int:

@@ -6,16 +6,21 @@ running pods use (`Insufficient ...`, too few free GPUs), gets those nodes held 
 member is nominated to one of them (the scheduler's one nominator, as preemption nominates),
 so every pod of equal or lower priority counts the member there and places elsewhere, or
 waits; pods of higher priority do not see it. The group is placed by its own cycle when the
-held nodes (or any others) have the room. When a node no reservation holds has freed enough
-for a member while one of the group's own has not, the reservation moves to the nodes that
-give more of its members room now (as kube-scheduler's partially placed gang takes each node
-that frees first); it never moves to fewer.
+held nodes (or any others) have the room. When a node has freed enough for a member while
+one of the group's own has not, the reservation moves to the nodes that give more of its
+members room now (never to fewer), in any domain of the topology levels (a wider one than
+it held included, never across the widest), as kube-scheduler's partially placed gang takes
+each node that frees first. Reservations are ordered, higher priority first, then the one
+made first: a free node held by a reservation later in that order is open to an earlier
+one, and the later reservation is released (made again on its group's next cycle), so free
+nodes do not sit idle split among reservations that each wait for another.
 
 Bounds, so no reservation starves the others and none can deadlock:
 
 - a reservation never holds a node another reservation holds, and is made only when its own
-  nodes hold the whole group when empty: each reservation completes as its own nodes free,
-  whatever the others do; a group that finds every such node held may take over the
+  nodes hold the whole group when empty; the first in the order loses no node to another,
+  so it completes as its own nodes free whatever the others do, and the next is then first;
+  a group that finds every such node held may take over the
   reservation of the lowest priority below its own in its queue (the group's namespace);
 - a group holding nodes inside one domain of a topology level is not placed wider than that
   domain while it holds them (it waits for them rather than span spines);
@@ -83,7 +88,7 @@ class Reservations:
     made: int = 0
     fulfilled: int = 0  # the group was placed while it held its reservation
     expired: int = 0
-    released: int = 0  # taken over by a group of higher priority, or the group is gone
+    released: int = 0  # taken over, a free node taken by an earlier one, or the group is gone
     ended_gpu_seconds: float = 0.0  # GPUs held x seconds, reservations that ended
 
     @property

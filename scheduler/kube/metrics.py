@@ -156,7 +156,8 @@ class Metrics:
             "topo_scheduler_gang_reservations",
             "Gang reservations by result: made, fulfilled (the group was placed while it "
             "held it), expired (its gangReservationSeconds ran out), released (taken over by "
-            "a group of higher priority, or a held node or the group is gone).",
+            "a group of higher priority, a free node of it taken by an earlier reservation, "
+            "or a held node or the group is gone).",
             ["result"],
             registry=r,
         )

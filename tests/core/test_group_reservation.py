@@ -187,6 +187,45 @@ def test_reservations_never_share_a_node() -> None:
     assert "capacity held" not in c.events.failures[-1][1]
 
 
+def test_a_node_that_frees_goes_to_the_reservation_made_first() -> None:
+    """Two groups each hold two busy nodes. A node of the first frees: the second does not
+    take it. A node of the second frees: the first takes it (the second is released and
+    holds other nodes on its next cycle), and is placed once its own node frees as well."""
+    c = four_busy_nodes()
+    c.add(member("a0", "a", 2), member("a1", "a", 2))
+    c.run()
+    c.add(member("b0", "b", 2), member("b1", "b", 2))
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    book = groups.reservations
+    first, second = ("annotation", "ml/a"), ("annotation", "ml/b")
+    a_nodes, b_nodes = book.held[first].nodes, book.held[second].nodes
+
+    def free(node: str, at: float) -> None:
+        c.cache.remove_pod(f"default/run-{node}")
+        c.now = at
+        c.queue.move_all(ClusterEvent.POD_DELETE)
+        c.run()
+
+    free(a_nodes[0], 60.0)
+    assert book.held[second].nodes == b_nodes  # not the first's free node
+    assert book.held[first].nodes == a_nodes
+    free(b_nodes[0], 120.0)
+    assert b_nodes[0] in book.held[first].nodes
+    assert book.released == 1
+    b0 = c.sched.nominator.get("ml/b0")
+    assert b0 is None or b0.node not in book.held[first].nodes
+    c.now = 180.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert c.nodes_of("ml/a0", "ml/a1") == {a_nodes[0], b_nodes[0]}
+    assert book.fulfilled == 1
+    assert "ml/b0" not in c.bound
+    if second in book.held:  # held again, on nodes the first did not take
+        assert not set(book.held[second].nodes) & {a_nodes[0], b_nodes[0]}
+
+
 def test_a_group_of_higher_priority_takes_over_the_lesser_reservation_of_its_queue() -> None:
     c = four_busy_nodes()
     c.add(member("a0", "a", 2), member("a1", "a", 2))
@@ -231,6 +270,31 @@ def test_a_group_holding_nodes_in_one_spine_waits_for_them_rather_than_span_spin
     c.run()
     assert {labels_of(c, k, RACK) for k in c.bound} == {f"rack{rack[1]}"}
     assert groups.reservations.fulfilled == 1
+
+
+def test_a_reservation_widens_within_its_spine_to_nodes_that_freed() -> None:
+    """Racks of two nodes in one spine: the group holds its rack; one node of it and one of
+    the other rack free. The reservation moves to the two free nodes (its spine holds them)
+    and the group is placed there rather than wait for its rack."""
+    c = Cluster(racks([2, 2], spines=1), levels=(SPINE, RACK))
+    assert c.sched.groups is not None
+    c.sched.groups.reservations.timeout = HOLD
+    for name in ("r0n0", "r0n1", "r1n0", "r1n1"):
+        c.cache.add_pod(running(f"run-{name}", name, 2, priority=1000))
+    c.add(member("w0", min_member=2), member("w1", min_member=2))
+    c.run()
+    book = c.sched.groups.reservations
+    held = book.held[("annotation", "ml/llama")].nodes
+    assert {n[:2] for n in held} in ({"r0"}, {"r1"})  # one rack
+    other = next(n for n in ("r0n0", "r1n0") if n[:2] != held[0][:2])
+    c.cache.remove_pod(f"default/run-{held[0]}")
+    c.cache.remove_pod(f"default/run-{other}")
+    for at in (60.0, 120.0):
+        c.now = at
+        c.queue.move_all(ClusterEvent.POD_DELETE)
+        c.run()
+    assert c.nodes_of("ml/w0", "ml/w1") == {held[0], other}
+    assert book.fulfilled == 1
 
 
 def test_no_reservation_for_a_group_no_freeing_can_hold() -> None:
