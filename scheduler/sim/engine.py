@@ -122,7 +122,7 @@ WORK_LIMIT = 100_000_000
 scheduling attempt costs the node count plus ATTEMPT_OVERHEAD (the cycle's fixed cost, about
 50 node evaluations), and preemption, pod-group and nomination reads are charged as they go.
 Two to five minutes on one core (measured: 0.9 us per evaluation on 1 node, 2.8 us on
-10,000; the busiest 14-day window of the Philly multi-GPU sample needs 97 M). Many jobs
+10,000; the busiest day-long window of the Philly trace needs 75 M under kube+nvidia-dp). Many jobs
 waiting on a small cluster retry on every completion, so the work can grow with the square
 of the jobs (1,000 8-GPU jobs on one node: 500,000 attempts), and a pod group's preemption
 reads all its pending members, for each of them under the kube+ policies."""
