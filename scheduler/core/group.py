@@ -1529,8 +1529,8 @@ def _short_of(sched: PodScheduling, spec: GroupSpec) -> str | None:
 
 
 def _order(reservation: Reservation) -> tuple[int, float, str]:
-    """Reservations' order for free nodes, as kube-scheduler's queue orders pods: higher
-    priority first, then the group created earlier."""
+    """Reservations' order for free nodes: higher priority first, then the one made first
+    (a reservation made again after a release or expiry goes last among its equals)."""
     return (-reservation.priority, reservation.since, reservation.name)
 
 
@@ -1564,8 +1564,9 @@ def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int
 
 
 def _freed_elsewhere(snapshot: Snapshot, reservation: Reservation, others: set[str]) -> bool:
-    """Whether a member lacks room on its held node now while a node no reservation holds
-    has room for some member (else moving cannot help: a cheap test)."""
+    """Whether a member lacks room on its held node now while a node open to the reservation
+    (not its own, not in `others`) has room for some member (else moving cannot help: a
+    cheap test)."""
     row = snapshot.row.get(snapshot.gpus.resource)
     if row is None:
         return False
