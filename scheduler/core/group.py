@@ -873,7 +873,7 @@ class GroupCycle:
                 else:
                     later[node] = gid
         found = None
-        if _freed_elsewhere(snapshot, current, closed):
+        if _freed_elsewhere(snapshot, current, closed, least):
             found = self._hold_nodes(sched, spec, members, closed, roomiest=True)
         if found is not None:
             chosen = found[0]
@@ -1550,12 +1550,9 @@ def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int
     free: dict[str, int] = {}
     fitting = 0
     for pod, node in held:
-        slot = snapshot.index.get(node)
-        if slot is None:
+        if node not in snapshot.index:
             continue
-        left = free.setdefault(
-            node, int(snapshot.allocatable[row, slot]) - int(snapshot.requested[row, slot])
-        )
+        left = free.setdefault(node, _free_gpus(snapshot, node))
         gpus = int(pod.requests.get(snapshot.gpus.resource, 0))
         if gpus <= left:
             fitting += gpus
@@ -1563,10 +1560,12 @@ def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int
     return fitting
 
 
-def _freed_elsewhere(snapshot: Snapshot, reservation: Reservation, others: set[str]) -> bool:
+def _freed_elsewhere(
+    snapshot: Snapshot, reservation: Reservation, others: set[str], least: int
+) -> bool:
     """Whether a member lacks room on its held node now while a node open to the reservation
-    (not its own, not in `others`) has room for some member (else moving cannot help: a
-    cheap test)."""
+    (not its own, not in `others`) has room for `least` GPUs, the fewest a member asks (else
+    moving cannot help: a cheap test)."""
     row = snapshot.row.get(snapshot.gpus.resource)
     if row is None:
         return False
@@ -1575,11 +1574,10 @@ def _freed_elsewhere(snapshot: Snapshot, reservation: Reservation, others: set[s
         return False
     n = snapshot.capacity
     free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
-    least = min(int(pod.requests.get(snapshot.gpus.resource, 0)) for pod, _ in members)
     skip = {
         snapshot.index[node] for node in others | set(reservation.nodes) if node in snapshot.index
     }
-    roomier = np.flatnonzero(snapshot.live[:n] & (free >= max(1, least)))
+    roomier = np.flatnonzero(snapshot.live[:n] & (free >= least))
     return any(int(slot) not in skip for slot in roomier)
 
 
