@@ -882,7 +882,8 @@ class GroupCycle:
                 for gid in dict.fromkeys(later[n] for n in chosen.values() if n in later):
                     self._unhold(sched, gid, self._last_now, "released")
                 for pod, node in current.members.values():
-                    sched.release_hold(pod, node)
+                    if sched.nominated_node(pod) == node:  # one nomination update, no clear
+                        sched.hold(pod, chosen[pod.key])
                 current.members = {pod.key: (pod, chosen[pod.key]) for pod in members}
         for pod, node in current.members.values():
             if sched.nominated_node(pod) in (None, node):
