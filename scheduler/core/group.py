@@ -857,7 +857,10 @@ class GroupCycle:
         back). Nodes of reservations after it (`_order`) that have room for a member now are
         open to it, as kube-scheduler's oldest gang takes each node that frees first: a
         reservation it takes a node from is released (made again on its next cycle), so free
-        nodes do not idle split among reservations that each wait for another."""
+        nodes do not idle split among reservations that each wait for another. A later
+        reservation is released only for a node where a member it is moved to fits now.
+        After a move the group and the released groups are tried again (backoff honoured):
+        the group may fit now where it holds, the released ones hold elsewhere."""
         book = self.reservations
         snapshot = sched.cache.snapshot
         members = [pod for pod, _ in current.members.values()]
@@ -874,17 +877,29 @@ class GroupCycle:
                     later[node] = gid
         found = None
         if _freed_elsewhere(snapshot, current, closed, least):
-            found = self._hold_nodes(sched, spec, members, closed, roomiest=True)
+            while (
+                found := self._hold_nodes(sched, spec, members, closed, roomiest=True)
+            ) is not None:
+                fits = _fitting_by_node(snapshot, ((p, found[0][p.key]) for p in members))
+                idle = {n for n in found[0].values() if n in later and not fits.get(n)}
+                if not idle:
+                    break
+                closed |= idle  # no member fits there now: the later reservation keeps it
         if found is not None:
             chosen = found[0]
             moved = [(pod, chosen[pod.key]) for pod in members]
             if _fitting_now(snapshot, moved) > _fitting_now(snapshot, current.members.values()):
-                for gid in dict.fromkeys(later[n] for n in chosen.values() if n in later):
+                released = list(dict.fromkeys(later[n] for n in chosen.values() if n in later))
+                retry = [pod.key for gid in released for pod, _ in book.held[gid].members.values()]
+                for gid in released:
                     self._unhold(sched, gid, self._last_now, "released")
                 for pod, node in current.members.values():
                     if sched.nominated_node(pod) == node:  # one nomination update, no clear
                         sched.hold(pod, chosen[pod.key])
                 current.members = {pod.key: (pod, chosen[pod.key]) for pod in members}
+                # a move request: the released groups' members leave the unschedulable pool,
+                # and this group's, in flight, go to backoff rather than wait for an event
+                sched.queue.move_keys(retry, ClusterEvent.RESERVATION_CHANGE)
         for pod, node in current.members.values():
             if sched.nominated_node(pod) in (None, node):
                 sched.hold(pod, node)
@@ -1543,22 +1558,28 @@ def _free_gpus(snapshot: Snapshot, node: str) -> int:
     return int(snapshot.allocatable[row, slot]) - int(snapshot.requested[row, slot])
 
 
-def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int:
-    """GPUs of the members whose held node has room for all their GPUs now."""
+def _fitting_by_node(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
+    """Per held node, GPUs of the members held there that have room for all their GPUs now
+    (in the order given)."""
     row = snapshot.row.get(snapshot.gpus.resource)
+    fitting: dict[str, int] = {}
     if row is None:
-        return 0
+        return fitting
     free: dict[str, int] = {}
-    fitting = 0
     for pod, node in held:
         if node not in snapshot.index:
             continue
         left = free.setdefault(node, _free_gpus(snapshot, node))
         gpus = int(pod.requests.get(snapshot.gpus.resource, 0))
         if gpus <= left:
-            fitting += gpus
+            fitting[node] = fitting.get(node, 0) + gpus
             free[node] = left - gpus
     return fitting
+
+
+def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int:
+    """GPUs of the members whose held node has room for all their GPUs now."""
+    return sum(_fitting_by_node(snapshot, held).values())
 
 
 def _freed_elsewhere(

@@ -11,7 +11,7 @@ from scheduler.assembly import assemble
 from scheduler.core.cache import Cache
 from scheduler.core.config import SchedulerConfiguration, default_config, load_config
 from scheduler.core.model import NodeInfo, PodInfo
-from scheduler.core.queue import ClusterEvent
+from scheduler.core.queue import ClusterEvent, Where
 from scheduler.core.reservation import DEFAULT_TIMEOUT
 from scheduler.explain.dryrun import DryRunBinder
 
@@ -217,13 +217,42 @@ def test_a_node_that_frees_goes_to_the_reservation_made_first() -> None:
     b0 = c.sched.nominator.get("ml/b0")
     assert b0 is None or b0.node not in book.held[first].nodes
     c.now = 180.0
-    c.queue.move_all(ClusterEvent.POD_DELETE)
+    assert c.queue.where("ml/a0") is Where.BACKOFF  # the move sent it back, no event needed
+    c.queue.flush()
     c.run()
     assert c.nodes_of("ml/a0", "ml/a1") == {a_nodes[0], b_nodes[0]}
     assert book.fulfilled == 1
     assert "ml/b0" not in c.bound
     if second in book.held:  # held again, on nodes the first did not take
         assert not set(book.held[second].nodes) & {a_nodes[0], b_nodes[0]}
+
+
+def test_a_later_reservation_keeps_a_node_where_no_member_would_fit_now() -> None:
+    """The first group (4 + 8 GPUs) holds n0 and n1, the second (8 + 8) n2 and n3. n4 frees
+    and n2 half frees: the first moves its 4-GPU member to n4, but its 8-GPU member has no
+    room on n2 now, so the second keeps n2 rather than be released for nothing."""
+    c = held_cluster([gpu_node(f"n{i}") for i in range(5)])
+    for i in range(5):
+        c.cache.add_pod(running(f"run{i}", f"n{i}", 8, priority=1000))
+    c.add(member("a0", "a", 2, gpus=4), member("a1", "a", 2))
+    c.run()
+    c.add(member("b0", "b", 2), member("b1", "b", 2))
+    c.run()
+    groups = c.sched.groups
+    assert groups is not None
+    book = groups.reservations
+    first, second = ("annotation", "ml/a"), ("annotation", "ml/b")
+    assert (book.held[first].nodes, book.held[second].nodes) == (("n0", "n1"), ("n2", "n3"))
+    c.cache.remove_pod("default/run4")
+    c.cache.remove_pod("default/run2")
+    c.cache.add_pod(running("run2b", "n2", 4, priority=1000))
+    c.now = 60.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert "n4" in book.held[first].nodes
+    assert "n2" not in book.held[first].nodes
+    assert book.held[second].nodes == ("n2", "n3")
+    assert book.released == 0
 
 
 def test_a_group_of_higher_priority_takes_over_the_lesser_reservation_of_its_queue() -> None:
