@@ -12,8 +12,10 @@ members room now (never to fewer), in any domain of the topology levels (a wider
 it held included, never across the widest), as kube-scheduler's partially placed gang takes
 each node that frees first. Reservations are ordered, higher priority first, then the one
 made first: a free node held by a reservation later in that order is open to an earlier
-one, and the later reservation is released (made again on its group's next cycle), so free
-nodes do not sit idle split among reservations that each wait for another.
+one (when a member moved there fits now), and the later reservation is released (made
+again on its group's next cycle), so free nodes do not sit idle split among reservations
+that each wait for another. A move that gives every member room now sends the group back
+to the queue (backoff honoured) rather than leave it for the next cluster event.
 
 Bounds, so no reservation starves the others and none can deadlock:
 
