@@ -858,8 +858,8 @@ class GroupCycle:
         open to it, as kube-scheduler's oldest gang takes each node that frees first: a
         reservation it takes a node from is released (made again on its next cycle), so free
         nodes do not idle split among reservations that each wait for another. A later
-        reservation is released only for a node where a member it is moved to fits now. A
-        group moved to nodes where all its members have room now is tried again at once
+        reservation is released only for a node where a member moved there has GPU room
+        now. A group moved to nodes where all its members have GPU room now is tried again at once
         (backoff honoured); a released group waits for the next cluster event, as before its
         release (tried at once, released groups cascaded: each remade on the freest nodes,
         taken again by the earlier one, and gangs waited two to three times longer on the
@@ -879,9 +879,10 @@ class GroupCycle:
                 else:
                     later[node] = gid
         found = None
+        feasible: dict[tuple[Any, ...], Any] = {}  # filters evaluated once for the loop
         if _freed_elsewhere(snapshot, current, closed, least):
             while (
-                found := self._hold_nodes(sched, spec, members, closed, roomiest=True)
+                found := self._hold_nodes(sched, spec, members, closed, True, feasible)
             ) is not None:
                 fits = _fitting_by_node(snapshot, ((p, found[0][p.key]) for p in members))
                 idle = {n for n in found[0].values() if n in later and not fits.get(n)}
@@ -900,8 +901,8 @@ class GroupCycle:
                         sched.hold(pod, chosen[pod.key])
                 current.members = {pod.key: (pod, chosen[pod.key]) for pod in members}
                 if fitting >= current.gpus:
-                    # every member has room where it is now held: a move request sends the
-                    # group (in flight) to backoff rather than wait for a cluster event
+                    # every member has GPU room where it is now held: a move request sends
+                    # the group (in flight) to backoff rather than wait for a cluster event
                     sched.queue.move_keys((), ClusterEvent.RESERVATION_CHANGE)
         for pod, node in current.members.values():
             if sched.nominated_node(pod) in (None, node):
@@ -915,19 +916,22 @@ class GroupCycle:
         members: list[PodInfo],
         exclude: set[str],
         roomiest: bool = False,
+        feasible: dict[tuple[Any, ...], Any] | None = None,
     ) -> tuple[dict[str, str], int] | None:
         """Nodes that hold the members once their running pods end (pod key -> node), and the
         GPUs free on them now that the members would take: on nodes not in `exclude`, whose
         filters fail the members only for what is in use; in the narrowest domain that holds
         them all (a required level: only its domains), or with `roomiest` the domain of any
         level with the most free now (the narrower on a tie; across the cluster only when no
-        domain holds them), the nodes with the most free now first (they free soonest).
-        None: none would."""
+        domain holds them), the nodes with the most free now first (they free soonest), the
+        members asking the most GPUs first. `feasible` keeps the filters' verdicts per member
+        shape between calls on one snapshot. None: none would."""
         snapshot = sched.cache.snapshot
         n = snapshot.capacity
+        members = sorted(members, key=lambda p: -int(p.requests.get(snapshot.gpus.resource, 0)))
         spare = np.array(snapshot.allocatable[:, :n], dtype=np.int64, copy=True)
         needs: dict[str, list[tuple[int, int]]] = {}
-        ok_by_shape: dict[tuple[Any, ...], Any] = {}
+        ok_by_shape = {} if feasible is None else feasible
         pods_row = snapshot.row.get("pods")
         for pod in members:
             asks = [(pods_row, 1)] if pods_row is not None else []
@@ -948,13 +952,18 @@ class GroupCycle:
             ok = np.zeros(n, np.bool_)
             for slot in np.flatnonzero(snapshot.live[:n]):
                 node = snapshot.nodes[int(slot)]
-                if node is None or node.name in exclude:
+                if node is None:
                     continue
                 if bool(result.feasible[slot]) or all(
                     _freeing(reason) for reason in result.node_reasons(int(slot))
                 ):
                     ok[slot] = True
             ok_by_shape[shape] = ok
+        open_ = np.ones(n, np.bool_)
+        for name in exclude:
+            slot = snapshot.index.get(name)
+            if slot is not None and slot < n:
+                open_[slot] = False
         gpu_row = snapshot.row.get(snapshot.gpus.resource)
         row = gpu_row if gpu_row is not None else snapshot.row.get("cpu", 0)
         free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
@@ -971,7 +980,9 @@ class GroupCycle:
             for pod in members:
                 ok = ok_by_shape[_shape(pod)]
                 for slot in order:
-                    if not ok[slot] or (allowed is not None and not allowed[slot]):
+                    if not (ok[slot] and open_[slot]) or (
+                        allowed is not None and not allowed[slot]
+                    ):
                         continue
                     if all(left[r, slot] >= a for r, a in needs[pod.key]):
                         for r, a in needs[pod.key]:

@@ -46,7 +46,7 @@ class ClusterEvent(enum.Enum):
     CONFIG_CHANGE = "ConfigChange"
     STORAGE_CHANGE = "StorageChange"  # claims, volumes, classes, CSI objects, ResourceClaims
     QUOTA_CHANGE = "ElasticQuotaChange"  # an ElasticQuota added, changed or deleted
-    RESERVATION_CHANGE = "ReservationChange"  # a gang reservation moved or released nodes
+    RESERVATION_CHANGE = "ReservationChange"  # a gang reservation moved where it fits now
 
 
 @dataclass

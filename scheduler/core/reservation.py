@@ -14,7 +14,7 @@ each node that frees first. Reservations are ordered, higher priority first, the
 made first: a free node held by a reservation later in that order is open to an earlier
 one (when a member moved there fits now), and the later reservation is released (made
 again on its group's next cycle), so free nodes do not sit idle split among reservations
-that each wait for another. A move that gives every member room now sends the group back
+that each wait for another. A move that gives every member GPU room now sends the group back
 to the queue (backoff honoured) rather than leave it for the next cluster event.
 
 Bounds, so no reservation starves the others and none can deadlock:

@@ -216,6 +216,7 @@ def test_a_node_that_frees_goes_to_the_reservation_made_first() -> None:
     assert book.released == 1
     b0 = c.sched.nominator.get("ml/b0")
     assert b0 is None or b0.node not in book.held[first].nodes
+    assert c.queue.where("ml/b0") is Where.UNSCHEDULABLE  # released: waits for an event
     c.now = 180.0
     assert c.queue.where("ml/a0") is Where.BACKOFF  # the move sent it back, no event needed
     c.queue.flush()
@@ -227,32 +228,68 @@ def test_a_node_that_frees_goes_to_the_reservation_made_first() -> None:
         assert not set(book.held[second].nodes) & {a_nodes[0], b_nodes[0]}
 
 
-def test_a_later_reservation_keeps_a_node_where_no_member_would_fit_now() -> None:
-    """The first group (4 + 8 GPUs) holds n0 and n1, the second (8 + 8) n2 and n3. n4 frees
-    and n2 half frees: the first moves its 4-GPU member to n4, but its 8-GPU member has no
-    room on n2 now, so the second keeps n2 rather than be released for nothing."""
-    c = held_cluster([gpu_node(f"n{i}") for i in range(5)])
-    for i in range(5):
+def two_reservations(first: list[dict[str, Any]], nodes: int) -> tuple[Cluster, Any]:
+    """`nodes` 8-GPU nodes, each full with a pod no group may preempt; the group `first`
+    reserves, then a group of two 8-GPU members."""
+    c = held_cluster([gpu_node(f"n{i}") for i in range(nodes)])
+    for i in range(nodes):
         c.cache.add_pod(running(f"run{i}", f"n{i}", 8, priority=1000))
-    c.add(member("a0", "a", 2, gpus=4), member("a1", "a", 2))
+    c.add(*first)
     c.run()
     c.add(member("b0", "b", 2), member("b1", "b", 2))
     c.run()
     groups = c.sched.groups
     assert groups is not None
-    book = groups.reservations
-    first, second = ("annotation", "ml/a"), ("annotation", "ml/b")
-    assert (book.held[first].nodes, book.held[second].nodes) == (("n0", "n1"), ("n2", "n3"))
-    c.cache.remove_pod("default/run4")
-    c.cache.remove_pod("default/run2")
-    c.cache.add_pod(running("run2b", "n2", 4, priority=1000))
+    return c, groups.reservations
+
+
+def free_up(c: Cluster, node: str, left: int = 0) -> None:
+    """The pod on `node` ends; a smaller one (`left` GPUs) takes its place."""
+    c.cache.remove_pod(f"default/run{node[1:]}")
+    if left:
+        c.cache.add_pod(running(f"run{node[1:]}b", node, left, priority=1000))
+
+
+def test_a_later_reservation_keeps_a_node_where_no_member_would_fit_now() -> None:
+    """The first group (8 + 8 + 4 GPUs) holds n0-n2, the second (8 + 8) n3 and n4. n5 frees
+    and n3 half frees: the first moves an 8-GPU member to n5; the next, 8 GPUs, would have no
+    room on n3 now, so the second keeps n3 rather than be released for nothing."""
+    first = [member("a0", "a", 3), member("a1", "a", 3), member("a2", "a", 3, gpus=4)]
+    c, book = two_reservations(first, 6)
+    a, b = ("annotation", "ml/a"), ("annotation", "ml/b")
+    assert (book.held[a].nodes, book.held[b].nodes) == (("n0", "n1", "n2"), ("n3", "n4"))
+    free_up(c, "n5")
+    free_up(c, "n3", left=4)
     c.now = 60.0
     c.queue.move_all(ClusterEvent.POD_DELETE)
     c.run()
-    assert "n4" in book.held[first].nodes
-    assert "n2" not in book.held[first].nodes
-    assert book.held[second].nodes == ("n2", "n3")
+    assert "n5" in book.held[a].nodes
+    assert "n3" not in book.held[a].nodes
+    assert book.held[b].nodes == ("n3", "n4")
     assert book.released == 0
+
+
+def test_a_moving_reservation_places_its_largest_members_first() -> None:
+    """The first group (4 + 8 GPUs, the smaller listed first) holds n0 and n1, the second
+    n2 and n3. n4 frees and n2 half frees: the 8-GPU member goes to n4 and the 4-GPU one to
+    n2, where it has room now; the second is released, and the first, with room for all its
+    members, goes back to the queue at once and is placed without a cluster event."""
+    c, book = two_reservations([member("a0", "a", 2, gpus=4), member("a1", "a", 2)], 5)
+    a = ("annotation", "ml/a")
+    assert book.held[a].nodes == ("n0", "n1")
+    free_up(c, "n4")
+    free_up(c, "n2", left=4)
+    c.now = 60.0
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert book.held[a].nodes == ("n2", "n4")
+    assert book.released == 1
+    assert c.queue.where("ml/a0") is Where.BACKOFF
+    assert c.queue.where("ml/b0") is Where.UNSCHEDULABLE  # released: waits for an event
+    c.now = 120.0
+    c.queue.flush()
+    c.run()
+    assert (c.bound["ml/a0"], c.bound["ml/a1"]) == ("n2", "n4")
 
 
 def test_a_group_of_higher_priority_takes_over_the_lesser_reservation_of_its_queue() -> None:
