@@ -959,11 +959,11 @@ class GroupCycle:
                 ):
                     ok[slot] = True
             ok_by_shape[shape] = ok
-        open_ = np.ones(n, np.bool_)
+        allowed_nodes = np.ones(n, np.bool_)
         for name in exclude:
-            slot = snapshot.index.get(name)
-            if slot is not None and slot < n:
-                open_[slot] = False
+            excluded = snapshot.index.get(name)
+            if excluded is not None and excluded < n:
+                allowed_nodes[excluded] = False
         gpu_row = snapshot.row.get(snapshot.gpus.resource)
         row = gpu_row if gpu_row is not None else snapshot.row.get("cpu", 0)
         free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
@@ -980,7 +980,7 @@ class GroupCycle:
             for pod in members:
                 ok = ok_by_shape[_shape(pod)]
                 for slot in order:
-                    if not (ok[slot] and open_[slot]) or (
+                    if not (ok[slot] and allowed_nodes[slot]) or (
                         allowed is not None and not allowed[slot]
                     ):
                         continue
