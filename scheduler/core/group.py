@@ -858,12 +858,12 @@ class GroupCycle:
         open to it, as kube-scheduler's oldest gang takes each node that frees first: a
         reservation it takes a node from is released (made again on its next cycle), so free
         nodes do not idle split among reservations that each wait for another. A later
-        reservation is released only for a node where a member moved there has GPU room
-        now. A group moved to nodes where all its members have GPU room now is tried again at once
-        (backoff honoured); a released group waits for the next cluster event, as before its
-        release (tried at once, released groups cascaded: each remade on the freest nodes,
-        taken again by the earlier one, and gangs waited two to three times longer on the
-        multi-GPU Philly sample)."""
+        reservation is released only for a node where a member moved there has GPU room now.
+        A group moved to nodes where all its members have GPU room now is tried again at
+        once (backoff honoured); a released group waits for the next cluster event, as before
+        its release (tried at once, released groups cascaded: each remade on the freest
+        nodes, taken again by the earlier one, and gangs waited two to three times longer on
+        the multi-GPU Philly sample)."""
         book = self.reservations
         snapshot = sched.cache.snapshot
         members = [pod for pod, _ in current.members.values()]
@@ -880,7 +880,8 @@ class GroupCycle:
                     later[node] = gid
         found = None
         feasible: dict[tuple[Any, ...], Any] = {}  # filters evaluated once for the loop
-        if _freed_elsewhere(snapshot, current, closed, least):
+        held_fitting = _fitting_now(snapshot, current.members.values())
+        if held_fitting < current.gpus and _freed_elsewhere(snapshot, current, closed, least):
             while (
                 found := self._hold_nodes(sched, spec, members, closed, True, feasible)
             ) is not None:
@@ -893,7 +894,7 @@ class GroupCycle:
             chosen = found[0]
             moved = [(pod, chosen[pod.key]) for pod in members]
             fitting = _fitting_now(snapshot, moved)
-            if fitting > _fitting_now(snapshot, current.members.values()):
+            if fitting > held_fitting:
                 for gid in dict.fromkeys(later[n] for n in chosen.values() if n in later):
                     self._unhold(sched, gid, self._last_now, "released")
                 for pod, node in current.members.values():
@@ -1599,14 +1600,10 @@ def _fitting_now(snapshot: Snapshot, held: Iterable[tuple[PodInfo, str]]) -> int
 def _freed_elsewhere(
     snapshot: Snapshot, reservation: Reservation, others: set[str], least: int
 ) -> bool:
-    """Whether a member lacks room on its held node now while a node open to the reservation
-    (not its own, not in `others`) has room for `least` GPUs, the fewest a member asks (else
-    moving cannot help: a cheap test)."""
+    """Whether a node open to the reservation (not its own, not in `others`) has room for
+    `least` GPUs now, the fewest a member asks (else moving cannot help: a cheap test)."""
     row = snapshot.row.get(snapshot.gpus.resource)
     if row is None:
-        return False
-    members = list(reservation.members.values())
-    if _fitting_now(snapshot, members) >= reservation.gpus:
         return False
     n = snapshot.capacity
     free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
