@@ -59,22 +59,31 @@ def explain(
     groups: Iterable[GroupSpec] = (),
     levels: tuple[str, ...] = (),
     network: NetworkBandwidth | None = None,
+    reservation_timeout: float = 0.0,
 ) -> dict[str, Any]:
     """Run the scheduling cycle for the pod on the snapshot, binding nothing and evicting
     nothing (dry run), and build the JSON report (the stable contract). `pending`: the
     snapshot's pending pods (nominated ones hold room on their node; members of the pod's
     group are placed with it). A pod of a pod group is placed with the group's pending members
     (the group algorithm, `groups` its PodGroup objects, `levels` the topologyLevels, `network`
-    the networkBandwidth); the report then has a `group` part."""
+    the networkBandwidth, `reservation_timeout` the gangReservationSeconds); the report then
+    has a `group` part."""
     run = dry_run(
-        cache, pod, framework, pending=pending, groups=groups, levels=levels, network=network
+        cache,
+        pod,
+        framework,
+        pending=pending,
+        groups=groups,
+        levels=levels,
+        network=network,
+        reservation_timeout=reservation_timeout,
     )
     return document(run)
 
 
 def run_explain(args: argparse.Namespace) -> int:
     """CLI entry: exit 0 whether or not the pod fits, 2 with one line for bad input."""
-    from plugins import frameworks_for, gpu_resource, topology_levels
+    from plugins import frameworks_for, gang_reservation_seconds, gpu_resource, topology_levels
     from plugins.gpu_topology import network_bandwidth
 
     try:
@@ -111,6 +120,7 @@ def run_explain(args: argparse.Namespace) -> int:
         groups=cluster.groups,
         levels=topology_levels(config),
         network=network_bandwidth(config)[0],
+        reservation_timeout=gang_reservation_seconds(config),
     )
     if args.output == "json":
         print(json.dumps(out, indent=2))

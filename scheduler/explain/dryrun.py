@@ -154,12 +154,15 @@ def dry_run(
     groups: Iterable[GroupSpec] = (),
     levels: tuple[str, ...] = (),
     network: NetworkBandwidth | None = None,
+    reservation_timeout: float = 0.0,
 ) -> DryRun:
     """The scheduling cycle for the pod on the snapshot, binding nothing and evicting nothing.
     `pending`: the snapshot's pending pods (nominated ones hold room on their node; members of
     the pod's group are placed with it by the group algorithm, `groups` its PodGroup objects,
     `levels` the topologyLevels, `network` the networkBandwidth its placements are priced with;
-    the runner-up placement is tried too). The cache is left as it was."""
+    the runner-up placement is tried too; with `reservation_timeout`, the gangReservationSeconds,
+    a group that does not fit shows the capacity a reservation would hold for it). The cache
+    is left as it was."""
     ref = pod.pod_group
     cache.remove_pod(pod.key)  # a bound pod is explained as if it were not there yet
     notes = [
@@ -180,6 +183,7 @@ def dry_run(
         groups=ref is not None,
         levels=levels,
         network=network,
+        reservation_timeout=reservation_timeout,
         observer=outcomes.append,
     )
     if assembly.groups is not None:

@@ -101,6 +101,13 @@ def _group_part(outcome: GroupOutcome | None, key: str) -> dict[str, Any]:
             if runner is not None
             else None
         )
+    if outcome.reservation is not None:  # capacity a reservation would hold for the group
+        held = outcome.reservation
+        part["reservation"] = {
+            "members": {key: node for key, (_, node) in sorted(held.members.items())},
+            "gpus": held.gpus,
+            "expiresInSeconds": round(held.expires - held.since),
+        }
     if not outcome.scheduled and outcome.domains:  # every domain looked at: members that fit
         part["domains"] = [
             {"key": d.key, "value": d.value, "fit": d.fit, "placed": d.placed}
@@ -219,10 +226,12 @@ def _group_table(group: Mapping[str, Any]) -> str:
         else:
             line += "; no other placement tried"
         lines.append(line)
+    held = (group.get("reservation") or {}).get("members", {})
     for member, where in group["members"].items():
         node = where["node"] or "-"
         gpus = ",".join(map(str, where["gpus"]))
-        lines.append(f"  {member} -> {node}" + (f" gpus {gpus}" if gpus else ""))
+        line = f"  {member} -> {node}" + (f" gpus {gpus}" if gpus else "")
+        lines.append(line + (f" (held on {held[member]})" if member in held else ""))
     for domain in group.get("domains") or []:
         line = f"  {domain['key']}={domain['value']}: {domain['fit']} pods of the group fit"
         if domain["placed"] is not None:

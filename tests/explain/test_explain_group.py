@@ -161,3 +161,43 @@ def test_podgroup_object_in_the_snapshot_is_used(
     assert code == 2
     assert "PodGroup ml/job: spec.minMember: must be an integer, got 'two'" in err
     assert "Traceback" not in err
+
+
+def test_group_that_would_fit_once_pods_end_shows_the_capacity_a_reservation_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the configuration's gangReservationSeconds, a group that fits once running pods
+    end shows the nodes a reservation would hold for each member; without it, none."""
+    nodes = [gpu_node(f"n{i}", "a") for i in range(3)]
+    running = [
+        pod(f"run{i}", {"cpu": "1", "nvidia.com/gpu": "4"}, node_name=f"n{i}", phase="Running")
+        for i in range(3)
+    ]
+    args = files(tmp_path, nodes + running + [worker("w1", 2)], worker("w0", 2))
+    config = tmp_path / "config.yaml"
+    profile = {
+        "schedulerName": "topo-scheduler",
+        "pluginConfig": [{"name": "GPUTopology", "args": {"gangReservationSeconds": 3600}}],
+    }
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "profiles": [profile],
+            }
+        )
+    )
+    code, out, err = run(capsys, *args, "--config", str(config), "--output", "json")
+    assert code == 0, err
+    group = json.loads(out)["group"]
+    reservation = group["reservation"]
+    assert reservation["gpus"] == 16 and reservation["expiresInSeconds"] == 3600
+    held = reservation["members"]
+    assert set(held) == {"ml/w0", "ml/w1"} and len(set(held.values())) == 2
+    assert "capacity held for it as it frees on 2 node(s)" in group["message"]
+    code, table, _ = run(capsys, *args, "--config", str(config))
+    assert f"  ml/w0 -> - (held on {held['ml/w0']})" in table
+    code, out, _ = run(capsys, *args, "--output", "json")  # reservations off by default
+    assert "reservation" not in json.loads(out)["group"]
+    assert "capacity held" not in json.loads(out)["group"]["message"]
