@@ -232,6 +232,8 @@ class PodScheduling(Protocol):
 
     def nominated_node(self, pod: PodInfo) -> str | None: ...
 
+    def inherited_nomination(self, pod: PodInfo) -> str | None: ...
+
 
 class Scheduler:
     """The cycle over a cache and a queue, with a profile per schedulerName and a binder."""
@@ -504,6 +506,8 @@ class Scheduler:
         reservation): pods of equal or lower priority count it on that node."""
         current = self.nominator.get(pod.key)
         if current is not None and current.node == node:
+            if current.inherited:  # ours from now on; the API already says it
+                self.nominator.add(pod, node, current.gpus)
             return
         self.nominator.add(pod, node)
         self.hooks.nominated(pod, node)
@@ -519,6 +523,12 @@ class Scheduler:
     def nominated_node(self, pod: PodInfo) -> str | None:
         current = self.nominator.get(pod.key)
         return current.node if current is not None else None
+
+    def inherited_nomination(self, pod: PodInfo) -> str | None:
+        """The node of the pod's nomination when this scheduler did not make it (read from
+        `status.nominatedNodeName`: a former leader's reservation or preemption)."""
+        current = self.nominator.get(pod.key)
+        return current.node if current is not None and current.inherited else None
 
     def _act_on_preemption(self, pod: PodInfo, post: PostFilterResult | None) -> None:
         """Carry out what DefaultPreemption decided: victims waiting on Permit are rejected,

@@ -818,10 +818,16 @@ class GroupCycle:
             if row is None or int(snapshot.allocatable[row][live].sum()) < amount:
                 return None  # minResources beyond the whole cluster: no freeing helps
         members = [qp.pod for qp in pending[:need]]
-        if any(sched.nominated_node(pod) is not None for pod in members):
-            return None  # preemption nominated it: room is being freed for it already
         if not book.may_reserve(gid, now):
             return None
+        inherited = {pod.key: sched.inherited_nomination(pod) or "" for pod in members}
+        if all(n in snapshot.index for n in inherited.values()) and not (
+            set(inherited.values()) & book.nodes_held()
+        ):  # a former leader's reservation (or preemption) nominated every member: hold
+            # those nodes as this scheduler's own reservation, to expire and move as any
+            return self._hold(sched, spec, gid, members, inherited, now)
+        if any(sched.nominated_node(pod) is not None for pod in members):
+            return None  # preemption nominated it: room is being freed for it already
         if snapshot.quotas.active and snapshot.quotas.check_group(members) is not None:
             return None  # over its quota: freed nodes would not admit it
         priority = max(pod.priority for pod in members)
@@ -834,13 +840,25 @@ class GroupCycle:
             if found is None:
                 return None
             self._unhold(sched, lesser.group, now, "released")
-        chosen = found[0]
-        resource = snapshot.gpus.resource
+        return self._hold(sched, spec, gid, members, found[0], now)
+
+    def _hold(
+        self,
+        sched: PodScheduling,
+        spec: GroupSpec,
+        gid: GroupId,
+        members: list[PodInfo],
+        chosen: dict[str, str],
+        now: float,
+    ) -> Reservation:
+        """Make the group's reservation: each member held on its chosen node."""
+        book = self.reservations
+        resource = sched.cache.snapshot.gpus.resource
         reservation = Reservation(
             gid,
             spec.key,
             spec.namespace,
-            priority,
+            max(pod.priority for pod in members),
             {pod.key: (pod, chosen[pod.key]) for pod in members},
             sum(int(pod.requests.get(resource, 0)) for pod in members),
             now,

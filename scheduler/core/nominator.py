@@ -21,6 +21,7 @@ class Nomination:
     pod: PodInfo
     node: str
     gpus: tuple[int, ...] = ()  # the GPU set preemption freed for it, when known
+    inherited: bool = False  # read from the API, not made by this scheduler (a former leader's)
 
 
 class Nominator:
@@ -34,13 +35,16 @@ class Nominator:
 
     def observe(self, pod: PodInfo) -> None:
         """A pending pod as the API reports it: its `status.nominatedNodeName` nominates it
-        (the GPU set is kept when the node is the one already known)."""
+        (the GPU set and whether it is inherited are kept when the node is the one already
+        known: the API reporting this scheduler's own nomination back)."""
         node = pod.nominated_node_name
         if node is None:
             return
         old = self._by_pod.get(pod.key)
-        gpus = old.gpus if old is not None and old.node == node else ()
-        self._by_pod[pod.key] = Nomination(pod, node, gpus)
+        if old is not None and old.node == node:
+            self._by_pod[pod.key] = Nomination(pod, node, old.gpus, old.inherited)
+        else:
+            self._by_pod[pod.key] = Nomination(pod, node, inherited=True)
 
     def remove(self, key: str) -> Nomination | None:
         return self._by_pod.pop(key, None)

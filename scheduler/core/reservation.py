@@ -17,6 +17,10 @@ again on its group's next cycle), so free nodes do not sit idle split among rese
 that each wait for another. A move that gives every member GPU room now sends the group back
 to the queue (backoff honoured) rather than leave it for the next cluster event.
 
+The book lives in the leader's memory, the holds in the members' `status.nominatedNodeName`:
+a scheduler that finds every member of a group nominated by someone else (a former leader)
+adopts those nodes as its own reservation, with a fresh timeout.
+
 Bounds, so no reservation starves the others and none can deadlock:
 
 - a reservation never holds a node another reservation holds, and is made only when its own

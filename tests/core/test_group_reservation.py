@@ -418,3 +418,35 @@ def test_assemble_gives_the_group_cycle_the_configured_reservation_timeout() -> 
     # an explicit timeout (the simulator's --gang-reservation) wins over the configuration
     assert assembled_reservations(configured(1800), timeout=0.0) == (0.0, 0)
     assert assembled_reservations(default_config(), timeout=600.0) == (600.0, 1)
+
+
+def test_nominations_a_former_leader_left_become_this_schedulers_reservation() -> None:
+    """A new leader finds a group's members nominated (`status.nominatedNodeName`) by the
+    former leader's reservation: it holds those very nodes as its own reservation, which
+    expires as any and clears them, rather than leave them held with no end."""
+    c, _ = busy_cluster()
+    groups = c.sched.groups
+    assert groups is not None
+    book = groups.reservations
+    book.timeout = 600.0
+    workers = [member("w0", min_member=2), member("w1", min_member=2)]
+    for obj, node in zip(workers, ("n1", "n2"), strict=True):  # not the freest pair
+        obj.setdefault("status", {})["nominatedNodeName"] = node
+    c.add(*workers)
+    c.run()
+    held = book.held[("annotation", "ml/llama")]
+    assert {key: node for key, (_, node) in held.members.items()} == {
+        "ml/w0": "n1",
+        "ml/w1": "n2",
+    }
+    assert book.made == 1
+    assert "capacity held for it as it frees on 2 node(s): n1, n2" in c.events.failures[-1][1]
+    w0 = c.sched.nominator.get("ml/w0")
+    assert w0 is not None and not w0.inherited  # this scheduler's own from now on
+    c.now = 700.0
+    c.queue.flush()
+    c.queue.move_all(ClusterEvent.POD_DELETE)
+    c.run()
+    assert book.expired == 1
+    assert c.sched.nominator.get("ml/w0") is None
+    assert c.sched.nominator.get("ml/w1") is None

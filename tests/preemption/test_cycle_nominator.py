@@ -80,3 +80,24 @@ def test_higher_preemptor_clears_lower_nomination_on_the_node() -> None:
     assert plan.node == "a" and [p.key for p in plan.cleared] == ["default/mid"]
     assert hooks.nominations[-2:] == [("default/mid", None), ("default/top", "a")]
     assert cycle.nominator.get("default/mid") is None
+
+
+def test_a_nomination_read_from_the_api_is_inherited_unless_it_is_this_schedulers_own() -> None:
+    """The API reporting back a nomination this scheduler made keeps it its own; one it did
+    not make (a former leader's) is inherited, and a hold on the same node takes it over
+    without a second status write."""
+    cycle, recorder, _ = make()
+    obj = pending("p", 0, {"cpu": "1"})
+    mine = PodInfo.from_object(obj)
+    cycle.hold(mine, "n0")
+    obj.setdefault("status", {})["nominatedNodeName"] = "n0"
+    cycle.nominator.observe(PodInfo.from_object(obj))
+    assert cycle.inherited_nomination(mine) is None
+    obj["status"]["nominatedNodeName"] = "n1"
+    cycle.nominator.observe(PodInfo.from_object(obj))
+    assert cycle.inherited_nomination(mine) == "n1"
+    writes = len(recorder.nominations)
+    cycle.hold(mine, "n1")
+    assert cycle.inherited_nomination(mine) is None
+    assert cycle.nominated_node(mine) == "n1"
+    assert len(recorder.nominations) == writes
