@@ -218,3 +218,53 @@ def test_restart_with_half_a_group_bound(emulator: Emulator) -> None:
     asyncio.run(scenario())
     assert [emulator.binding_posts(k) for k in keys(4)] == [0, 0, 1, 1]
     assert {emulator.pod(k)["spec"]["nodeName"] for k in keys(4)} == {"n0", "n1", "n2", "n3"}
+
+
+RESERVING = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: topo-scheduler
+    pluginConfig:
+      - name: GPUTopology
+        args: {gangReservationSeconds: 3600}
+"""
+
+
+def test_a_new_leader_adopts_the_reservation_the_former_one_left(emulator: Emulator) -> None:
+    """A replica holds nodes for a group that fits once running pods end (the members'
+    nominatedNodeName); it stops, and the next replica holds the same nodes as its own
+    reservation (counted, expiring) instead of leaving them nominated with no end."""
+    emulator.put_config_map("kube-system", "topo", {"config.yaml": RESERVING})
+    for i in range(3):
+        emulator.create_node(f"n{i}", gpus=8)
+    for i, gpus in enumerate((4, 4, 8)):
+        emulator.create_pod(f"run{i}", gpus=gpus, node=f"n{i}")
+    for i in range(2):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}", min_member=2))
+
+    def nominated() -> dict[str, str | None]:
+        return {k: emulator.pod(k)["status"].get("nominatedNodeName") for k in keys(2)}
+
+    async def scenario() -> None:
+        settings = fast_settings(emulator, config_map="kube-system/topo")
+        first = Replica(settings).start()
+        await wait_for(lambda: all(nominated().values()), what="the members nominated")
+        held = nominated()
+        assert set(held.values()) == {"n0", "n1"}
+        assert await first.shutdown() == 0
+        second = Replica(fast_settings(emulator, config_map="kube-system/topo")).start()
+
+        def adopted() -> bool:
+            groups = second.sched.groups if second.sched is not None else None
+            return groups is not None and bool(groups.cycle.reservations.held)
+
+        await wait_for(adopted, what="the reservation adopted")
+        assert second.sched is not None
+        book = second.sched.groups.cycle.reservations
+        (reservation,) = book.held.values()
+        assert {k: node for k, (_, node) in reservation.members.items()} == held
+        assert nominated() == held  # the same nodes, no status write to move them
+        assert "capacity held for it" in (group_message(emulator, "ml/w0") or "")
+        assert await second.shutdown() == 0
+
+    asyncio.run(scenario())
