@@ -983,6 +983,7 @@ class GroupCycle:
             excluded = snapshot.index.get(name)
             if excluded is not None and excluded < n:
                 allowed_nodes[excluded] = False
+        usable = {shape: ok & allowed_nodes for shape, ok in ok_by_shape.items()}
         gpu_row = snapshot.row.get(snapshot.gpus.resource)
         row = gpu_row if gpu_row is not None else snapshot.row.get("cpu", 0)
         free = np.asarray(snapshot.allocatable[row, :n] - snapshot.requested[row, :n], np.int64)
@@ -997,11 +998,9 @@ class GroupCycle:
             out: dict[str, str] = {}
             score = 0
             for pod in members:
-                ok = ok_by_shape[_shape(pod)]
+                ok = usable[_shape(pod)]
                 for slot in order:
-                    if not (ok[slot] and allowed_nodes[slot]) or (
-                        allowed is not None and not allowed[slot]
-                    ):
+                    if not ok[slot] or (allowed is not None and not allowed[slot]):
                         continue
                     if all(left[r, slot] >= a for r, a in needs[pod.key]):
                         for r, a in needs[pod.key]:
