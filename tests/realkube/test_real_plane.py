@@ -3,7 +3,8 @@ with the chart's RBAC.
 
 What the emulator cannot vouch for: the real binding subresource (annotations copied onto the
 pod), real events.k8s.io/v1 and pods/status validation, RBAC with the restricted token,
-Lease conflicts, an API server restart and the watch cache's 410 after an etcd compaction.
+Lease conflicts, an API server restart and the watch cache's 410 after an etcd compaction, and
+a gang reservation's nominations carried from one leader to the next through pods/status.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from scheduler.core.topology.schema import ANNOTATION_GPUS
 from scheduler.kube.client import ApiError, KubeClient
@@ -132,6 +134,64 @@ def test_fails_over_between_two_replicas_through_the_lease(
     wait_for(lambda: _bound(cluster, namespace, "after"), 60, "bound by the new leader")
     assert second.metric("leader_election_master_status", name="topo-scheduler") == 1
     assert second.stop() == 0
+
+
+def test_a_new_leader_adopts_the_gang_reservation_the_former_one_left(
+    cluster: Api, namespace: str, start_scheduler: Any
+) -> None:
+    """With gangReservationSeconds set, a group that fits once running pods end gets nodes
+    held (its members' nominatedNodeName); the leader stops, and the next one holds the same
+    nodes as its own reservation (its metrics count it) rather than leave them nominated."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{CONFIG_MAP}"
+    original = cluster.get(path)["data"]["config.yaml"]
+    config = yaml.safe_load(original)
+    config["profiles"][0].setdefault("pluginConfig", []).append(
+        {"name": "GPUTopology", "args": {"gangReservationSeconds": 3600}}
+    )
+    for node, gpus in zip(GPU_NODES, (4, 4, 8), strict=True):  # running pods, not ours
+        busy = pod(f"busy-{node}", namespace, gpus=gpus, scheduler="default-scheduler")
+        busy["spec"]["nodeName"] = node
+        cluster.post(f"/api/v1/namespaces/{namespace}/pods", busy)
+    members = []
+    for name in ("w0", "w1"):
+        member = pod(name, namespace, gpus=8)
+        member["metadata"]["annotations"] = {
+            "topo-scheduler.io/pod-group": "llama",
+            "topo-scheduler.io/min-member": "2",
+        }
+        members.append(member)
+
+    def nominated() -> dict[str, str | None]:
+        return {
+            name: cluster.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+            .get("status", {})
+            .get("nominatedNodeName")
+            for name in ("w0", "w1")
+        }
+
+    cluster.merge_patch(path, {"data": {"config.yaml": yaml.safe_dump(config)}})
+    try:
+        first = start_scheduler()
+        wait_for(first.ready, 30, "the first leader ready")
+        for member in members:
+            cluster.post(f"/api/v1/namespaces/{namespace}/pods", member)
+        wait_for(lambda: all(nominated().values()), 60, "the members' nodes held")
+        held = nominated()
+        assert set(held.values()) == set(GPU_NODES[:2])
+        assert first.metric("topo_scheduler_gang_reservations_held") == 1
+        assert first.stop() == 0
+        second = start_scheduler()
+        wait_for(
+            lambda: second.ready() and second.metric("topo_scheduler_gang_reservations_held") == 1,
+            60,
+            "the reservation adopted by the next leader",
+        )
+        assert second.metric("topo_scheduler_gang_reservations_total", result="made") == 1
+        assert nominated() == held
+        assert not any(_bound(cluster, namespace, name) for name in ("w0", "w1"))
+        assert second.stop() == 0
+    finally:
+        cluster.merge_patch(path, {"data": {"config.yaml": original}})
 
 
 def _etcdctl(plane: Plane, *args: str) -> str:
