@@ -16,7 +16,8 @@ all-reduce time its placement costs over the best placement's (`scheduler.sim.ne
 Completions delete the pod (the cache forgets it) and, like a cluster event, move
 unschedulable pods back to the active queue.
 
-Preemption (on unless `preemption=False`): the cycle's DefaultPreemption chooses victims; the
+Preemption (on unless `preemption=False`): the cycle's DefaultPreemption chooses victims (the
+kubelet's `status.startTime`, set at binding, breaks its ties: the latest started go); the
 simulated API server deletes them at once (no grace period) and each victim's job is
 resubmitted as a new pod that restarts from the beginning, or from its last checkpoint when the
 scenario sets `checkpointInterval`. The GPU time run since the last checkpoint is lost, and
@@ -31,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from scheduler.core.cache import Cache
@@ -80,7 +82,7 @@ from scheduler.sim.policies import (
     TOPO_NVIDIA_DP,
 )
 from scheduler.sim.quality import QualityModel, SetQuality
-from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario
+from scheduler.sim.scenario import EPOCH, GPU_RESOURCE, Job, Scenario
 from scheduler.sim.work import (
     ATTEMPT_OVERHEAD,
     GROUPS,
@@ -583,7 +585,13 @@ class Simulation:
                 gpus
             )
         obj["spec"]["nodeName"] = node
-        obj["status"] = {**obj.get("status", {}), "phase": "Running"}
+        # the kubelet's status.startTime: preemption evicts the latest-started victims
+        start = EPOCH + timedelta(seconds=self.now)
+        obj["status"] = {
+            **obj.get("status", {}),
+            "phase": "Running",
+            "startTime": start.isoformat().replace("+00:00", "Z"),
+        }
         bound = PodInfo.from_object(obj)
         kubelet = self.kubelets[node]
         free_before = None

@@ -79,6 +79,25 @@ def test_equal_priority_never_preempts() -> None:
     assert summarize(sim)["preemption"]["preemptions"] == 0
 
 
+@pytest.mark.parametrize("policy", ["topology", "count-only"])
+def test_the_victim_is_the_latest_started_job(policy: str) -> None:
+    """The kubelet's status.startTime reaches the cycle: of two equal victims, preemption
+    evicts the one that started last (kube's pickOneNodeForPreemption), losing the least."""
+    data = scenario()
+    data["nodes"][0]["count"] = 2
+    data["jobs"] = [  # named so that node-name order alone would pick the early one's node
+        {"name": "late", "arrival": 0, "duration": 1000, "gpus": 8, "priority": 10},
+        {"name": "early", "arrival": 0, "duration": 1000, "gpus": 8, "priority": 10},
+        {"name": "prod", "arrival": 500, "duration": 100, "gpus": 8, "priority": 1000},
+    ]
+    data["jobs"][0]["arrival"] = 50
+    sim = run(data, policy)
+    early, late = sim.records["default/early"], sim.records["default/late"]
+    assert (early.preemptions, late.preemptions) == (0, 1)
+    assert early.bound_at == pytest.approx(0, abs=1)
+    assert late.lost_gpu_seconds == pytest.approx(8 * 450, abs=1)  # ran from t=50 to t=500
+
+
 def test_bad_checkpoint_interval_is_one_line_error() -> None:
     with pytest.raises(ScenarioError, match=r"^checkpointInterval: "):
         parse_scenario(scenario(checkpointInterval=-5))
