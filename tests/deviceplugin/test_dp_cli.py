@@ -100,6 +100,7 @@ def test_generated_modules_match_the_proto(tmp_path: Path) -> None:
     source = ROOT / "scheduler/agent/deviceplugin/v1beta1"
     (copy / "hack").mkdir(parents=True)
     shutil.copy(ROOT / "hack/gen-deviceplugin-proto.sh", copy / "hack")
+    shutil.copy(ROOT / "pyproject.toml", copy)
     target = copy / "scheduler/agent/deviceplugin/v1beta1"
     target.mkdir(parents=True)
     shutil.copy(source / "api.proto", target)
