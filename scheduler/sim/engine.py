@@ -32,7 +32,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from scheduler.core.cache import Cache
@@ -82,7 +81,7 @@ from scheduler.sim.policies import (
     TOPO_NVIDIA_DP,
 )
 from scheduler.sim.quality import QualityModel, SetQuality
-from scheduler.sim.scenario import EPOCH, GPU_RESOURCE, Job, Scenario
+from scheduler.sim.scenario import GPU_RESOURCE, Job, Scenario, sim_timestamp
 from scheduler.sim.work import (
     ATTEMPT_OVERHEAD,
     GROUPS,
@@ -586,11 +585,10 @@ class Simulation:
             )
         obj["spec"]["nodeName"] = node
         # the kubelet's status.startTime: preemption evicts the latest-started victims
-        start = EPOCH + timedelta(seconds=self.now)
         obj["status"] = {
             **obj.get("status", {}),
             "phase": "Running",
-            "startTime": start.isoformat().replace("+00:00", "Z"),
+            "startTime": sim_timestamp(self.now),
         }
         bound = PodInfo.from_object(obj)
         kubelet = self.kubelets[node]

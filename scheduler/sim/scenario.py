@@ -64,13 +64,20 @@ __all__ = [
     "load_scenario",
     "over_limit",
     "parse_scenario",
+    "sim_timestamp",
     "worker_name",
 ]
 
 SCHEDULER_NAME = "topo-scheduler"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-"""Simulated time 0, as a wall-clock instant (pods carry creation timestamps)."""
+"""Simulated time 0, as a wall-clock instant (pods carry creation and start timestamps)."""
+
+
+def sim_timestamp(seconds: float) -> str:
+    """Simulated time `seconds` as the API server writes a time (RFC 3339, UTC)."""
+    return (EPOCH + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
 
 _TOP_FIELDS = {
     "name", "description", "seed", "nodes", "jobs", "checkpointInterval", "coreBandwidth",
@@ -202,7 +209,6 @@ class Job:
             if self.topology is not None:
                 mode, key = self.topology
                 annotations[f"topo-scheduler.io/topology-{mode}"] = key
-        created = EPOCH + timedelta(seconds=self.arrival)
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -211,7 +217,7 @@ class Job:
                 "namespace": self.namespace,
                 "uid": f"uid-{self.name}",
                 "annotations": annotations,
-                "creationTimestamp": created.isoformat().replace("+00:00", "Z"),
+                "creationTimestamp": sim_timestamp(self.arrival),
             },
             "spec": spec,
             "status": {"phase": "Pending"},

@@ -86,11 +86,10 @@ def test_the_victim_is_the_latest_started_job(policy: str) -> None:
     data = scenario()
     data["nodes"][0]["count"] = 2
     data["jobs"] = [  # named so that node-name order alone would pick the early one's node
-        {"name": "late", "arrival": 0, "duration": 1000, "gpus": 8, "priority": 10},
+        {"name": "late", "arrival": 50, "duration": 1000, "gpus": 8, "priority": 10},
         {"name": "early", "arrival": 0, "duration": 1000, "gpus": 8, "priority": 10},
         {"name": "prod", "arrival": 500, "duration": 100, "gpus": 8, "priority": 1000},
     ]
-    data["jobs"][0]["arrival"] = 50
     sim = run(data, policy)
     early, late = sim.records["default/early"], sim.records["default/late"]
     assert (early.preemptions, late.preemptions) == (0, 1)
