@@ -20,7 +20,9 @@ Without any ElasticQuota in the cluster every point is a no-op. With them:
   of its own namespace of lower priority; a pod of a namespace without a quota evicts only
   lower-priority pods of namespaces without one. The quota must hold once the victims are
   gone (``global quota max exceeded`` otherwise), and victims are reprieved, most important
-  first, while the pod still fits and the quota holds. This plugin has no PostFilter of its
+  first, while the pod still fits and the quota holds. A gang preemptor is judged whole: each
+  member with the members placed before it counted and their victims gone
+  (`QuotaPolicy.for_member`). This plugin has no PostFilter of its
   own (scheduler-plugins' configuration puts CapacityScheduling at postFilter in place of
   DefaultPreemption; here DefaultPreemption stays and applies the policy, and a profile
   without DefaultPreemption preempts nothing, as before).
@@ -30,7 +32,8 @@ Args: none (scheduler-plugins' `kubeConfigPath` is not needed: objects come from
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +91,8 @@ class QuotaPolicy:
     # ... and the nominated pods of other namespaces whose quota is not above its min
     all_with_pod_req: Mapping[str, int] = field(default_factory=dict)
     rejected: bool = False
+    nominated: tuple[PodInfo, ...] = ()  # the pods nominated at PreFilter (they hold room)
+    gone: frozenset[str] = frozenset()  # pods already out of `infos` (a gang's earlier victims)
 
     def _more_than_min(self, preemptor: PodInfo) -> bool:
         mine = self.infos.get(preemptor.namespace)
@@ -106,16 +111,25 @@ class QuotaPolicy:
         # within its min: borrowers, while they are above their min
         return pod.namespace != preemptor.namespace and info.used_over_min()
 
-    def potential(self, preemptor: PodInfo, pods: Sequence[PodInfo]) -> set[str]:
+    def potential(
+        self,
+        preemptor: PodInfo,
+        pods: Sequence[PodInfo],
+        together: Callable[[PodInfo], Sequence[PodInfo]],
+    ) -> set[str]:
         infos = dict(self.infos)
         more = self._more_than_min(preemptor)
         chosen: set[str] = set()
+        freed: set[str] = set(self.gone)
         for pod in pods:  # least important first; each taken frees its namespace's usage
-            if self._takes(preemptor, pod, infos, more):
-                chosen.add(pod.key)
-                info = infos.get(pod.namespace)
-                if info is not None:
-                    infos[pod.namespace] = info.without([pod_request(pod)])
+            if pod.key not in freed and not self._takes(preemptor, pod, infos, more):
+                continue
+            chosen.add(pod.key)
+            for gone in together(pod):  # a group member frees its whole group's usage
+                info = infos.get(gone.namespace)
+                if gone.key not in freed and info is not None:
+                    infos[gone.namespace] = info.without([pod_request(gone)])
+                freed.add(gone.key)
         return chosen
 
     def may_evict(self, preemptor: PodInfo, pod: PodInfo) -> bool:
@@ -127,7 +141,8 @@ class QuotaPolicy:
             return True
         gone: dict[str, list[dict[str, int]]] = {}
         for pod in removed:
-            gone.setdefault(pod.namespace, []).append(pod_request(pod))
+            if pod.key not in self.gone:
+                gone.setdefault(pod.namespace, []).append(pod_request(pod))
         infos = {ns: info.without(gone.get(ns, ())) for ns, info in self.infos.items()}
         own = self.in_eq_with_pod_req if nominated else self.pod_req
         total = self.all_with_pod_req if nominated else self.pod_req
@@ -135,6 +150,25 @@ class QuotaPolicy:
             infos[preemptor.namespace].used_over_max_with(own)
             or aggregated_used_over_min_with(infos.values(), total)
         )
+
+    def for_member(
+        self, member: PodInfo, placed: Sequence[PodInfo], evicted: Sequence[PodInfo]
+    ) -> QuotaPolicy:
+        """PreFilter's policy for the next member of a gang preemptor: the members placed
+        before it counted in their namespace's usage, the victims chosen for them gone. The
+        group's own nominations no longer hold room: its members are counted as placed."""
+        infos = {
+            ns: info.without(pod_request(p) for p in evicted if p.namespace == ns).plus(
+                pod_request(p) for p in placed if p.namespace == ns
+            )
+            for ns, info in self.infos.items()
+        }
+        group = member.pod_group.key if member.pod_group is not None else None
+        nominated = tuple(
+            p for p in self.nominated if p.pod_group is None or p.pod_group.key != group
+        )
+        policy = _policy(member, infos, nominated)[0]
+        return dataclasses.replace(policy, gone=frozenset(p.key for p in evicted))
 
     def terminating(self, preemptor: PodInfo, pods: Sequence[PodInfo]) -> bool:
         """scheduler-plugins' PodEligibleToPreemptOthers on the nominated node."""
@@ -166,14 +200,19 @@ class QuotaPolicy:
 
 def pre_filter_state(pod: PodInfo, quotas: QuotaState) -> tuple[QuotaPolicy, str | None]:
     """CapacityScheduling's PreFilter on a quota state: the policy and the rejection."""
-    infos = quotas.infos()
+    return _policy(pod, quotas.infos(), quotas.nominated)
+
+
+def _policy(
+    pod: PodInfo, infos: Mapping[str, QuotaInfo], nominated: tuple[PodInfo, ...]
+) -> tuple[QuotaPolicy, str | None]:
     request = pod_request(pod)
     mine = infos.get(pod.namespace)
     if mine is None:
-        return QuotaPolicy(infos, request, request, request), None
+        return QuotaPolicy(infos, request, request, request, nominated=nominated), None
     in_eq: list[Mapping[str, int]] = [request]
     everyone: list[Mapping[str, int]] = [request]
-    for other in quotas.nominated:
+    for other in nominated:
         info = infos.get(other.namespace)
         if other.key == pod.key or info is None:
             continue
@@ -188,7 +227,8 @@ def pre_filter_state(pod: PodInfo, quotas: QuotaState) -> tuple[QuotaPolicy, str
         message = over_max_message(pod)
     elif aggregated_used_over_min_with(infos.values(), all_req):
         message = over_min_message(pod)
-    return QuotaPolicy(infos, request, in_eq_req, all_req, message is not None), message
+    policy = QuotaPolicy(infos, request, in_eq_req, all_req, message is not None, nominated)
+    return policy, message
 
 
 class CapacityScheduling:

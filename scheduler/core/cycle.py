@@ -224,7 +224,9 @@ class PodScheduling(Protocol):
 
     def park(self, pod: PodInfo, message: str, elapsed: float) -> Decision: ...
 
-    def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None: ...
+    def preempt_for_group(
+        self, leader: PodInfo, members: Sequence[PodInfo], over_quota: str | None = None
+    ) -> str | None: ...
 
     def hold(self, pod: PodInfo, node: str) -> None: ...
 
@@ -484,8 +486,11 @@ class Scheduler:
             fw, self.nominator, tuple(self.cache.budgets.values()), pending_members
         )
 
-    def preempt_for_group(self, leader: PodInfo, members: Sequence[PodInfo]) -> str | None:
-        """A pod group that does not fit: when its leading member fits nowhere, PostFilter
+    def preempt_for_group(
+        self, leader: PodInfo, members: Sequence[PodInfo], over_quota: str | None = None
+    ) -> str | None:
+        """A pod group that does not fit: when its leading member fits nowhere, or the group
+        as a whole is over its quota (`over_quota`, the group's PreFilter message), PostFilter
         (DefaultPreemption) runs for it with the other pending members placed together, so
         victims are evicted only if the whole gang then fits. The FailedScheduling suffix."""
         fw = self.profile_of(leader)
@@ -494,8 +499,12 @@ class Scheduler:
         state = CycleState()
         state.write(BINDER_KEY, self.binder)
         result = self._decide(fw, leader, state)
-        if result.node is not None:  # it fits alone: eviction is no help to the group
-            return None
+        if result.node is not None:
+            if over_quota is None:  # it fits alone: eviction is no help to the group
+                return None
+            result = dataclasses.replace(
+                result, node=None, slot=None, allocation=None, prefilter_message=over_quota
+            )
         state.write(CONTEXT_KEY, self._preemption_context(fw, lambda _: members))
         post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
         self._act_on_preemption(leader, post)

@@ -703,7 +703,8 @@ class GroupCycle:
         self._revert(sched, attempt)
         message = problem or over_quota or self._message(spec, attempt, len(pending), need)
         if problem is None and short is None:  # evict lower-priority pods only for all of it
-            suffix = sched.preempt_for_group(pending[0].pod, [q.pod for q in pending[1:]])
+            leader, others = pending[0].pod, [q.pod for q in pending[1:]]
+            suffix = sched.preempt_for_group(leader, others, over_quota)
             if suffix:
                 message = f"{message} {suffix}"
         reservation = None

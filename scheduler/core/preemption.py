@@ -133,9 +133,15 @@ class VictimPolicy(Protocol):
 
     rejected: bool  # the policy's PreFilter rejected the pod: eviction on any node may cure it
 
-    def potential(self, preemptor: PodInfo, pods: Sequence[PodInfo]) -> set[str]:
+    def potential(
+        self,
+        preemptor: PodInfo,
+        pods: Sequence[PodInfo],
+        together: Callable[[PodInfo], Sequence[PodInfo]],
+    ) -> set[str]:
         """Of the pods on one node (least important first), the keys of those that may be
-        evicted, taken in that order (the policy may track what the earlier ones free)."""
+        evicted, taken in that order (the policy may track what the earlier ones free: each
+        pod with `together(pod)`, the pods evicted with it, its whole group)."""
         ...
 
     def may_evict(self, preemptor: PodInfo, pod: PodInfo) -> bool:
@@ -149,6 +155,13 @@ class VictimPolicy(Protocol):
 
     def terminating(self, preemptor: PodInfo, pods: Sequence[PodInfo]) -> bool:
         """Whether a terminating pod on its nominated node will free room for it already."""
+        ...
+
+    def for_member(
+        self, member: PodInfo, placed: Sequence[PodInfo], evicted: Sequence[PodInfo]
+    ) -> VictimPolicy:
+        """The policy for the next member of a gang preemptor, with the members placed
+        before it counted and the victims chosen for them gone (a group is judged whole)."""
         ...
 
     def no_victims(self, node: str, preemptor: PodInfo) -> str: ...
@@ -325,6 +338,12 @@ class _Evaluation:
             self._groups[key] = snapshot_group(member, self.snapshot)
         return self._groups[key]
 
+    def together(self, pod: PodInfo) -> list[PodInfo]:
+        """The pods evicted with a pod: itself, and the rest of its group."""
+        group = self.group(pod)
+        members = [m for m, _ in group.members] if group is not None else []
+        return [pod, *(m for m in members if m.key != pod.key)]
+
     # -- which nodes eviction could help -------------------------------------------------
 
     def classify(self, state: CycleState, result: ScheduleResult) -> list[int]:
@@ -388,7 +407,7 @@ class _Evaluation:
         chosen: set[str] = set()
         if policy is not None:
             pods = sorted(pods, key=_importance, reverse=True)  # least important first
-            chosen = policy.potential(preemptor, pods)
+            chosen = policy.potential(preemptor, pods, self.together)
 
         def evictable(other: PodInfo) -> bool:
             if policy is None:
@@ -553,8 +572,15 @@ class _Evaluation:
         evicted: dict[str, Victim] = {}
         violations = 0
         placed: list[tuple[PodInfo, str, tuple[int, ...]]] = []
+        leader_policy = self.policy
         for member in members:
-            spot = self._fits_somewhere(member, live, work)
+            spot = None
+            if leader_policy is not None:  # the quota counts the group whole
+                self.policy = leader_policy.for_member(
+                    member, [m for m, _, _ in placed], [v.pod for v in evicted.values()]
+                )
+            if self.policy is None or self.policy.admits(member, [], False):
+                spot = self._fits_somewhere(member, live, work)
             if spot is None:
                 candidates: list[_Candidate] = []
                 for slot in live:

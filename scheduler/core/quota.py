@@ -157,9 +157,16 @@ class QuotaInfo:
 
     def without(self, requests: Iterable[Amounts]) -> QuotaInfo:
         """The same quota with `requests` no longer used (pods removed)."""
+        return self._moved(requests, -1)
+
+    def plus(self, requests: Iterable[Amounts]) -> QuotaInfo:
+        """The same quota with `requests` used as well (pods placed)."""
+        return self._moved(requests, 1)
+
+    def _moved(self, requests: Iterable[Amounts], sign: int) -> QuotaInfo:
         used = dict(self.used)
         for request in requests:
-            _add(used, request, -1)
+            _add(used, request, sign)
         return dataclasses.replace(self, used=used)
 
     def dominant_share(self) -> float:

@@ -301,9 +301,11 @@ class Simulation:
         self.cycle.pending_members = self._pending_members
         preempt_for_group = self.cycle.preempt_for_group
 
-        def metered_preempt_for_group(leader: PodInfo, members: Sequence[PodInfo]) -> str | None:
+        def metered_preempt_for_group(
+            leader: PodInfo, members: Sequence[PodInfo], over_quota: str | None = None
+        ) -> str | None:
             self.meter.charge(len(members), GROUPS)
-            return preempt_for_group(leader, members)
+            return preempt_for_group(leader, members, over_quota)
 
         self.cycle.preempt_for_group = metered_preempt_for_group  # type: ignore[method-assign]
         # pod group key -> its pods' keys (so preemption need not scan the whole queue)
