@@ -210,6 +210,13 @@ class Cache:
         if entry is not None and entry.assumed:
             self._remove(key)
 
+    def recount(self, key: str) -> None:
+        """A pod the cache holds on a node counts against its namespace's quota again (an
+        Unreserve run after the watch had confirmed its binding took it out)."""
+        entry = self._pods.get(key)
+        if entry is not None and self.snapshot.quotas.quotas:
+            self.snapshot.quotas.add_pod(entry.pod)
+
     def confirm(self, key: str) -> None:
         """The binding succeeded: the pod stays accounted until the watch reports it."""
         entry = self._pods.get(key)

@@ -602,6 +602,8 @@ class Scheduler:
             forgotten = self.still_assumed(assumed.pod)
             if forgotten:
                 self.cache.forget(assumed.pod.key)
+            else:  # the watch has it on its node: it still uses its quota
+                self.cache.recount(assumed.pod.key)
         return forgotten
 
     def still_assumed(self, pod: PodInfo) -> bool:

@@ -20,7 +20,8 @@ from plugins.capacity_scheduling import (
 )
 from scheduler.assembly import assemble
 from scheduler.core.cache import Cache
-from scheduler.core.framework import CycleState
+from scheduler.core.cycle import drive
+from scheduler.core.framework import BindOutcome, BindResult, CycleState
 from scheduler.core.model import NodeInfo, PodInfo
 from scheduler.core.queue import QueuedPod
 from scheduler.core.quota import (
@@ -181,6 +182,28 @@ def test_reserve() -> None:
         assert info is not None and info.used == {"memory": 350}
     plugin.reserve(state, make_pod("t1-p1", "ns1", 50), "node-a")  # counted once
     assert cache.snapshot.quotas.info("ns1").used == {"memory": 350}  # type: ignore[union-attr]
+
+
+def test_binding_error_after_the_watch_saw_it_bound_keeps_the_usage() -> None:
+    """The binding call fails, but the watch already shows the pod on its node: Unreserve
+    runs (as kube-scheduler runs it), the pod stays in the cache and keeps counting."""
+
+    class WatchedThenFailing:
+        async def bind(self, pod: PodInfo, node: str, gpus: tuple[int, ...]) -> BindResult:
+            cache.add_pod(make_pod(pod.name, pod.namespace, 50, node_name=node))
+            return BindResult(BindOutcome.ERROR, "the response was lost")
+
+    cache = cluster([memory_quota("ns1", 100, 200)], [])
+    assembly = assemble(None, WatchedThenFailing(), clock=lambda: 0.0, cache=cache)
+    new = make_pod("p", "ns1", 50, phase="Pending")
+    assembly.cycle.enqueue(new)
+    queued = assembly.queue.pop()
+    assert queued is not None
+    (decision,) = assembly.cycle.schedule(queued)
+    assert decision.assumed is not None
+    drive(assembly.cycle.bind(decision.assumed))
+    assert cache.get("ns1/p") is not None
+    assert cache.snapshot.quotas.info("ns1").used == {"memory": 50}  # type: ignore[union-attr]
 
 
 def test_unreserve() -> None:
