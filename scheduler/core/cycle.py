@@ -498,15 +498,18 @@ class Scheduler:
             return None
         state = CycleState()
         state.write(BINDER_KEY, self.binder)
-        result = self._decide(fw, leader, state)
-        if result.node is not None:
-            if over_quota is None:  # it fits alone: eviction is no help to the group
-                return None
-            result = dataclasses.replace(
-                result, node=None, slot=None, allocation=None, prefilter_message=over_quota
-            )
-        state.write(CONTEXT_KEY, self._preemption_context(fw, lambda _: members))
-        post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
+        try:
+            result = self._decide(fw, leader, state)
+            if result.node is not None:
+                if over_quota is None:  # it fits alone: eviction is no help to the group
+                    return None
+                result = dataclasses.replace(
+                    result, node=None, slot=None, allocation=None, prefilter_message=over_quota
+                )
+            state.write(CONTEXT_KEY, self._preemption_context(fw, lambda _: members))
+            post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
+        except Exception as exc:  # a plugin bug: no eviction, the group waits
+            return f"preemption: {exc or type(exc).__name__}"
         self._act_on_preemption(leader, post)
         return post.message if post is not None else None
 

@@ -51,6 +51,7 @@ __all__ = [
     "CycleState",
     "FilterPlugin",
     "Framework",
+    "NotInCycleState",
     "Permit",
     "PermitPlugin",
     "Plugin",
@@ -94,6 +95,10 @@ FILTER_PLUGINS_KEY = "topo-scheduler/filter-plugins"
 ReasonMasks = list[tuple[str, BoolArray]]
 
 
+class NotInCycleState(LookupError):
+    """A plugin read what no PreFilter wrote (kube's framework.ErrNotFound)."""
+
+
 class CycleState:
     """What plugins compute during one pod's cycle and read at later points (kube's
     CycleState). Keys are namespaced by the writing plugin's name by convention."""
@@ -112,8 +117,13 @@ class CycleState:
         self._data[key] = value
 
     def read(self, key: str) -> Any:
-        """The value written under `key`; KeyError when nothing was (a plugin bug)."""
-        return self._data[key]
+        """The value written under `key`; NotInCycleState when nothing was (its PreFilter
+        did not run: a plugin bug, or a profile that disables a PreFilter and keeps the
+        plugin's Filter, which kube-scheduler accepts and fails every pod with)."""
+        try:
+            return self._data[key]
+        except KeyError:
+            raise NotInCycleState(f'error reading "{key}" from cycleState: not found') from None
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)

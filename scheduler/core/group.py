@@ -966,7 +966,7 @@ class GroupCycle:
             shape = _shape(pod)
             if shape in ok_by_shape:
                 continue
-            result = sched.evaluate(pod)
+            result = _evaluate(sched, pod)
             if result is None or result.prefilter_message is not None:
                 return None
             ok = np.zeros(n, np.bool_)
@@ -1416,7 +1416,7 @@ class GroupCycle:
             groups.setdefault(_shape(qp.pod), []).append(qp.pod)
         out = []
         for pods in groups.values():
-            result = sched.evaluate(pods[0])
+            result = _evaluate(sched, pods[0])
             if result is None:
                 continue
             feasible = result.feasible
@@ -1553,6 +1553,15 @@ def _better(best: _Attempt | None, attempt: _Attempt) -> _Attempt:
     if best is None or len(attempt.placed) > len(best.placed):
         return _Attempt(list(attempt.placed), list(attempt.failed), attempt.domain)
     return best
+
+
+def _evaluate(sched: PodScheduling, pod: PodInfo) -> ScheduleResult | None:
+    """The decision for a member on the current view; None when no profile schedules it or
+    a plugin failed (as in `_try`, a plugin's error means the member fits nowhere)."""
+    try:
+        return sched.evaluate(pod)
+    except Exception:
+        return None
 
 
 def _over_quota(sched: PodScheduling, pending: list[QueuedPod[PodInfo]]) -> str | None:

@@ -230,7 +230,10 @@ def dry_run(
             nodes = node_verdicts(cache, blocked.result)
         elif report.result is None:
             state = CycleState()
-            result = cycle.evaluate(pod, state)
+            try:
+                result = cycle.evaluate(pod, state)
+            except Exception:  # a plugin failed: the group's message says why
+                result = None
             if result is not None:
                 snapshot = cache.snapshot
                 nodes = node_verdicts(

@@ -174,6 +174,34 @@ def test_config_changes_weights(
     assert doc["node"] == "small"
 
 
+@pytest.mark.parametrize("group", [False, True])
+def test_a_profile_missing_a_prefilter_explains_kubes_error(
+    cluster: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], group: bool
+) -> None:
+    """VolumeRestrictions' Filter kept, its PreFilter disabled: the pod, or the pod group,
+    fails with kube-scheduler's error, exit 0, no traceback."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [{"schedulerName": "topo-scheduler",
+                      "plugins": {"preFilter": {"disabled": [{"name": "VolumeRestrictions"}]}}}],
+    }  # fmt: skip
+    obj = pod("train", {"cpu": "1"})
+    if group:
+        obj["metadata"]["annotations"] = {
+            "topo-scheduler.io/pod-group": "g", "topo-scheduler.io/min-member": "1",
+        }  # fmt: skip
+    manifest = write(tmp_path / "pod.yaml", obj)
+    code, out, err = run(capsys, "--snapshot", cluster, "--pod", manifest, "--output", "json",
+                         "--config", write(tmp_path / "config.yaml", config))  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["node"] is None
+    assert 'error reading "VolumeRestrictions/rwop-conflicts" from cycleState: not found' in (
+        doc["message"]
+    )
+
+
 @pytest.mark.parametrize(
     ("what", "content", "expected"),
     [

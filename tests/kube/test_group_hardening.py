@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -279,3 +280,33 @@ def test_a_failed_podgroup_status_write_is_retried_with_backoff(emulator: Emulat
 
     asyncio.run(scenario())
     assert emulator.request_count("PATCH", "/podgroups/job/status") == 4  # 3 refused, 1 written
+
+
+def test_a_profile_missing_a_prefilter_fails_the_group_and_the_scheduler_runs_on(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """A profile may disable a PreFilter and keep the plugin's Filter (kube-scheduler accepts
+    it): every pod then fails with kube's error, a gang included; the scheduler stays up."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: topo-scheduler\n  plugins:\n    preFilter:\n"
+        "      disabled: [{name: VolumeRestrictions}]\n"
+    )
+    for i in range(3):
+        emulator.create_node(f"n{i}", gpus=8)
+    for i in range(2):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}", min_member=2))
+    missing = 'error reading "VolumeRestrictions/rwop-conflicts" from cycleState: not found'
+
+    async def scenario() -> None:
+        rep = Replica(fast_settings(emulator, config_file=str(config))).start()
+        await wait_for(
+            lambda: missing in (group_message(emulator, "ml/w0") or ""), what="the failure"
+        )
+        await asyncio.sleep(0.3)  # more cycles over the failing group
+        assert not rep.task.done()
+        assert await rep.shutdown() == 0
+
+    asyncio.run(scenario())
+    assert emulator.bindings() == {}
