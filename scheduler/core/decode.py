@@ -16,7 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FieldError", "Fields", "go_parse_int", "parse_decimal", "parse_host_port"]
+__all__ = ["FieldError", "Fields", "go_parse_int", "parse_decimal", "parse_host_port", "shown"]
+
+SHOWN_CHARACTERS = 100
+"""Longest value quoted whole in an error message; a longer one is cut, its length given."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters (with the
+    full length) so that a huge input never makes a huge message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value):,} characters" if isinstance(value, str) else f"{len(text):,} in all"
+    return f"{text[:limit]}... ({size})"
 
 
 class FieldError(ValueError):
@@ -99,14 +112,14 @@ class Fields:
         if value is None and default is not _MISSING:
             return default
         if not isinstance(value, str) or not value:
-            raise self.fail(path, f"must be a non-empty string, got {value!r}")
+            raise self.fail(path, f"must be a non-empty string, got {shown(value)}")
         return value
 
     def optional_string(self, value: Any, path: str) -> str | None:
         if value is None:
             return None
         if not isinstance(value, str):
-            raise self.fail(path, f"must be a string or null, got {value!r}")
+            raise self.fail(path, f"must be a string or null, got {shown(value)}")
         return value
 
     def integer(
@@ -124,7 +137,7 @@ class Fields:
                 raise self.fail(path, "is required")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer, got {value!r}")
+            raise self.fail(path, f"must be an integer, got {shown(value)}")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"must be >= {minimum}, got {value}")
         if maximum is not None and value > maximum:
@@ -135,7 +148,7 @@ class Fields:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer or null, got {value!r}")
+            raise self.fail(path, f"must be an integer or null, got {shown(value)}")
         return self.integer(value, path, minimum=minimum)
 
     def number(
@@ -154,11 +167,11 @@ class Fields:
             return default
         valid = isinstance(value, int | float) and not isinstance(value, bool)
         if not valid or not math.isfinite(value):
-            raise self.fail(path, f"must be a finite number, got {value!r}")
+            raise self.fail(path, f"must be a finite number, got {shown(value)}")
         if minimum is not None and value < minimum:
-            raise self.fail(path, f"must be >= {minimum:g}, got {value!r}")
+            raise self.fail(path, f"must be >= {minimum:g}, got {shown(value)}")
         if maximum is not None and value > maximum:
-            raise self.fail(path, f"must be <= {maximum:,.15g}, got {value!r}")
+            raise self.fail(path, f"must be <= {maximum:,.15g}, got {shown(value)}")
         return float(value)
 
     def boolean(self, value: Any, path: str, default: bool = _MISSING) -> bool:
@@ -167,7 +180,7 @@ class Fields:
                 raise self.fail(path, "is required")
             return default
         if not isinstance(value, bool):
-            raise self.fail(path, f"must be true or false, got {value!r}")
+            raise self.fail(path, f"must be true or false, got {shown(value)}")
         return value
 
     def string_list(self, value: Any, path: str) -> tuple[str, ...]:

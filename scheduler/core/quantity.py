@@ -10,8 +10,9 @@ resource (milli-CPU for ``cpu``, whole units for everything else).
 from __future__ import annotations
 
 import functools
-from decimal import Decimal
 from fractions import Fraction
+
+from scheduler.core.decode import shown
 
 __all__ = [
     "QuantityError",
@@ -28,18 +29,7 @@ class QuantityError(ValueError):
 
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _DIGITS = frozenset("0123456789")
 _SUFFIX_CHARS = frozenset("eEinumkKMGTP")
 # kube caps every quantity's magnitude at the largest int64, in the quantity's own units.
@@ -92,7 +82,7 @@ def _split(text: str) -> tuple[bool, str, str, str]:
     while pos < end and text[pos] in _DIGITS:
         pos += 1
     if pos < end:
-        raise QuantityError(f"{_FORMAT_WRONG}, got {text!r}")
+        raise QuantityError(f"{_FORMAT_WRONG}, got {shown(text)}")
     return negative, num, denom, text[suffix_start:]
 
 
@@ -108,21 +98,45 @@ def _go_int(text: str) -> int | None:
     return value if -(2**63) <= value < 2**63 else None
 
 
-def _scale(text: str, suffix: str) -> Fraction:
-    """The factor a suffix stands for: binary SI, decimal SI, or a decimal exponent."""
+def _scale(text: str, suffix: str) -> tuple[int, int]:
+    """The factor a suffix stands for, as (multiplier, power of ten): binary SI, decimal SI,
+    or a decimal exponent."""
     if suffix in _DECIMAL:
-        return _DECIMAL[suffix]
+        return 1, _DECIMAL[suffix]
     if suffix in _BINARY:
-        return Fraction(_BINARY[suffix])
+        return _BINARY[suffix], 0
     if len(suffix) > 1 and suffix[0] in "eE":
         exponent = _go_int(suffix[1:])
         if exponent is not None:
-            exponent = (exponent + 2**31) % 2**32 - 2**31  # kube keeps it as an int32
-            # Beyond this the value is certainly over the cap or under one nano; avoid
-            # computing 10**huge.
-            bound = len(text) + 40
-            return Fraction(10) ** max(-bound, min(bound, exponent))
-    raise QuantityError(f"unable to parse quantity's suffix, got {text!r}")
+            return 1, (exponent + 2**31) % 2**32 - 2**31  # kube keeps it as an int32
+    raise QuantityError(f"unable to parse quantity's suffix, got {shown(text)}")
+
+
+_KEPT_DIGITS = 120
+"""Significant digits read exactly; the rest only say whether the value lies above them. The
+last kept digit is then far below a nano unit for any value under the cap, so the rounding
+comes out as from all the digits (and reading them costs nothing, however many)."""
+
+
+def _amount(digits: str, point: int, multiplier: int, power: int) -> Fraction:
+    """int(digits) / 10^(len(digits) - point) * multiplier * 10^power, rounded up to a nano
+    unit and capped as kube rounds and caps it (non-negative)."""
+    significant = digits.lstrip("0")
+    if not significant:
+        return Fraction(0)
+    exponent = point - len(digits) + power
+    if len(significant) > _KEPT_DIGITS:
+        rest = significant[_KEPT_DIGITS:]
+        significant, exponent = significant[:_KEPT_DIGITS], exponent + len(rest)
+        if rest.strip("0"):  # a stand-in strictly between the kept digits and the next step
+            significant, exponent = significant + "1", exponent - 1
+    magnitude = len(significant) + exponent  # 10^(magnitude-1) <= value / multiplier < 10^magnitude
+    if magnitude > 40:  # over 10^39: beyond the cap
+        return _MAX_AMOUNT
+    if magnitude < -40:  # under 10^-40 * 2^60: under one nano unit, not zero
+        return Fraction(1, _NANO)
+    amount = Fraction(int(significant) * multiplier) * Fraction(10) ** exponent
+    return min(Fraction(_round_up(amount * _NANO), _NANO), _MAX_AMOUNT)
 
 
 def _ceil(value: Fraction) -> int:
@@ -157,7 +171,7 @@ def _parse_short(value: str) -> Fraction:
 
 def _parse(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
-        raise QuantityError(f"quantities must be strings or numbers, not {value!r}")
+        raise QuantityError(f"quantities must be strings or numbers, not {shown(value)}")
     if isinstance(value, int):
         value = str(value)
     elif isinstance(value, float):
@@ -168,12 +182,9 @@ def _parse(value: str | int | float) -> Fraction:
     # The API server's Quantity.UnmarshalJSON trims white space before parsing.
     text = value.strip(_GO_SPACE)
     if not text:
-        raise QuantityError(f"{_FORMAT_WRONG}, got {value!r}")
+        raise QuantityError(f"{_FORMAT_WRONG}, got {shown(value)}")
     negative, num, denom, suffix = _split(text)
-    # Decimal reads any number of digits exactly (int() refuses more than 4,300).
-    amount = Fraction(Decimal(f"{num}.{denom}")) * _scale(text, suffix)
-    if amount:
-        amount = min(Fraction(_round_up(amount * _NANO), _NANO), _MAX_AMOUNT)
+    amount = _amount(num + denom, len(num), *_scale(text, suffix))
     return -amount if negative else amount
 
 

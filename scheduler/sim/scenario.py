@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from scheduler.core.decode import FieldError, Fields
+from scheduler.core.decode import SHOWN_CHARACTERS, FieldError, Fields, shown
 from scheduler.core.model import MAX_AMOUNT
 from scheduler.core.quantity import (
     QuantityError,
@@ -93,6 +93,10 @@ MAX_NODE_JOBS = 20_000_000
 40 s per policy on one core, in 200 MB)."""
 MAX_SECONDS = 10 * 365 * 86_400
 """Times and durations: at most ten years of simulated seconds."""
+MIN_DURATION = 0.001
+"""Shortest generated job (s): generated times are kept to the millisecond."""
+MAX_SIGMA = 10.0
+"""Widest log-normal spread of generated durations (e^10 is a factor of 22,000)."""
 _NODE_FIELDS = {
     "name", "count", "resources", "labels", "taints", "gpuTopology", "gpuTaint",
     "interNodeBandwidth", "network", "gpuDriver",
@@ -114,6 +118,8 @@ DEFAULT_INTER_NODE_GBPS = 50.0
 InfiniBand), unless the template says; each GPU of the node gets its share (one rail each)."""
 MAX_NETWORK_GBPS = 1_000.0
 """Ceiling of a network bandwidth figure (GB/s), as for the GPU link figures."""
+MIN_NETWORK_GBPS = 0.001
+"""Floor of a network bandwidth figure (GB/s, 1 MB/s): transfer times stay finite."""
 GPU_REQUESTS = ("extended", "dra")
 """How GPU jobs ask for GPUs: the extended resource `nvidia.com/gpu` (a device plugin), or a
 ResourceClaim made from a ResourceClaimTemplate (Dynamic Resource Allocation)."""
@@ -602,12 +608,9 @@ def _node_template(raw: Any, i: int, seen: set[str], gpu_request: str = "extende
     if gpu_taint and resource_value(GPU_RESOURCE, resources.get(GPU_RESOURCE, "0")) > 0:
         taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
         labels.setdefault("nvidia.com/gpu.present", "true")
-    inter_node = _number(
-        data.get("interNodeBandwidth"), f"{path}.interNodeBandwidth",
-        default=DEFAULT_INTER_NODE_GBPS,
-    )  # fmt: skip
-    if inter_node <= 0:
-        raise ScenarioError(f"{path}.interNodeBandwidth: must be > 0 (GB/s), got {inter_node:g}")
+    inter_node = _gbps(
+        data.get("interNodeBandwidth"), f"{path}.interNodeBandwidth", DEFAULT_INTER_NODE_GBPS
+    )
     network, level_gbps = _network(data.get("network"), f"{path}.network")
     default = "dra" if gpu_request == "dra" and topology is not None else "device-plugin"
     driver = _choice(data.get("gpuDriver"), f"{path}.gpuDriver", GPU_DRIVERS, default)
@@ -627,11 +630,14 @@ def _node_template(raw: Any, i: int, seen: set[str], gpu_request: str = "extende
     )  # fmt: skip
 
 
-def _gbps(value: Any, path: str) -> float:
-    """A bandwidth in GB/s: a number > 0 and at most MAX_NETWORK_GBPS."""
+def _gbps(value: Any, path: str, default: float | None = None) -> float:
+    """A bandwidth in GB/s, from MIN_NETWORK_GBPS to MAX_NETWORK_GBPS (`default` when not
+    given)."""
+    if value is None and default is not None:
+        return default
     gbps = _FIELDS.number(value, path, minimum=0.0, maximum=MAX_NETWORK_GBPS)
-    if gbps <= 0:
-        raise ScenarioError(f"{path}: must be > 0 (GB/s), got {value!r}")
+    if gbps < MIN_NETWORK_GBPS:
+        raise ScenarioError(f"{path}: must be at least {MIN_NETWORK_GBPS:g} (GB/s), got {value!r}")
     return gbps
 
 
@@ -753,12 +759,22 @@ def _explicit_jobs(
     return [w for job in jobs for w in as_workers(job, workers, topology)]
 
 
+def _key(key: Any) -> str:
+    """A mapping key as a path component (cut, as `shown` cuts values, when huge)."""
+    text = str(key)
+    return text if len(text) <= SHOWN_CHARACTERS else shown(text)
+
+
 def _weights(value: Any, path: str, *, keys_int: bool) -> list[tuple[Any, float]]:
     data = _mapping(value, path, required=True)
     out: list[tuple[Any, float]] = []
     for key, weight in data.items():
-        if keys_int and (isinstance(key, bool) or not isinstance(key, int) or key < 0):
-            raise ScenarioError(f"{path}.{key}: GPU count must be an integer >= 0")
+        if keys_int and (
+            isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= _MAX_COUNT
+        ):
+            raise ScenarioError(
+                f"{path}.{_key(key)}: GPU count must be an integer from 0 to {_MAX_COUNT:,}"
+            )
         w = _number(weight, f"{path}.{key}")
         out.append((key, w))
     return out
@@ -789,10 +805,14 @@ def _generated_jobs(
     if median <= 0:
         raise ScenarioError(f"{path}.duration.median: must be > 0")
     sigma = _number(dur.get("sigma"), f"{path}.duration.sigma", default=1.0)
+    if sigma > MAX_SIGMA:
+        raise ScenarioError(f"{path}.duration.sigma: must be <= {MAX_SIGMA:g}, got {sigma:g}")
     low = _number(dur.get("min"), f"{path}.duration.min", default=60.0)
     high = _number(dur.get("max"), f"{path}.duration.max", default=86400.0)
-    if low <= 0 or high < low:
-        raise ScenarioError(f"{path}.duration: need 0 < min <= max, got min {low:g}, max {high:g}")
+    if low < MIN_DURATION or high < low:
+        raise ScenarioError(
+            f"{path}.duration: need {MIN_DURATION:g} <= min <= max, got min {low:g}, max {high:g}"
+        )
     sizes = _weights(data.get("gpus", {1: 1}), f"{path}.gpus", keys_int=True)
     if sum(w for _, w in sizes) <= 0:
         raise ScenarioError(f"{path}.gpus: at least one weight must be > 0")

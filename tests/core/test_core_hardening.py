@@ -227,3 +227,41 @@ def test_scores_at_the_largest_args_equal_the_reference() -> None:
         assert scores is not None
         assert all(0 <= v <= 100 for v in scores.values()), scores
         assert scores["wide"] > scores["narrow"], scores
+
+
+# --------------------------------------------------------------------------- huge values
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0." + "1" * 1_000_000, Fraction(111111112, 10**9)),
+        ("1" * 1_000_000, 2**63 - 1),
+        ("1" * 1_000_000 + "e-999999", Fraction(1111111112, 10**9)),
+        ("0.000000001" + "0" * 100_000, Fraction(1, 10**9)),  # exactly one nano unit
+        ("0.000000001" + "0" * 100_000 + "1", Fraction(2, 10**9)),  # just above: rounded up
+        ("7." + "9" * 100_000 + "Ei", 2**63 - 1),  # rounded up to 2^63, then capped
+    ],
+)
+def test_quantities_of_a_million_digits_are_read_exactly(value: str, expected: Any) -> None:
+    """Read exactly from the first significant digits (reading all of them exactly took half
+    a minute for a million): the rounding still sees a non-zero digit far down."""
+    assert parse_quantity(value) == expected
+
+
+def test_a_huge_bad_quantity_is_shown_cut() -> None:
+    with pytest.raises(QuantityError) as info:
+        parse_quantity("1" * 1_000_000 + "x")
+    message = str(info.value)
+    assert message.endswith("... (1,000,001 characters)") and len(message) < 300
+
+
+def test_huge_annotation_values_are_shown_cut() -> None:
+    from scheduler.core.topology.schema import TopologyError, parse_assignments, parse_placement
+
+    with pytest.raises(TopologyError) as info:
+        parse_placement("x" * 10_000_000, pod="ml/p")
+    assert "... (10,000,000 characters)" in str(info.value) and len(str(info.value)) < 300
+    with pytest.raises(TopologyError) as info:  # a key with a line break stays on one line
+        parse_assignments(json.dumps({"uid\n" + "u" * 10_000: [0, "x"] * 10_000}), node="n1")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400

@@ -100,6 +100,27 @@ def test_quantity_round_trip(case: tuple[str, Fraction]) -> None:
 
 
 @SETTINGS
+@given(
+    st.text(alphabet="0123456789", min_size=0, max_size=400),
+    st.text(alphabet="0123456789", min_size=0, max_size=400),
+    st.sampled_from(["", "n", "m", "k", "E", "Ki", "Ei", "e-300", "e-130", "e+25", "e9"]),
+)
+def test_long_quantities_round_as_from_every_digit(whole: str, fraction: str, suffix: str) -> None:
+    """Hundreds of digits: only the first ones are read exactly, the rest tell whether the
+    value lies above them; the result is the one every digit gives."""
+    text = f"{whole}.{fraction}{suffix}"
+    digits = (whole + fraction) or "0"
+    value = Fraction(int(digits), 10 ** len(fraction))
+    if suffix in _DECIMAL:
+        value *= _DECIMAL[suffix]
+    elif suffix in _BINARY:
+        value *= _BINARY[suffix]
+    else:
+        value *= Fraction(10) ** int(suffix[1:])
+    assert parse_quantity(text) == _kube_round(value)
+
+
+@SETTINGS
 @given(st.text(alphabet="0123456789.+-eEinumkKMGTPxB _", min_size=1, max_size=12))
 def test_quantity_grammar(text: str) -> None:
     """Anything the reference grammar rejects raises QuantityError; the rest parses."""

@@ -70,6 +70,12 @@ _DELETE = object()
         (["nodes", 0, "flavour"], "x", "nodes[0].flavour: unknown field"),
         (["jobs", 0, "gpus"], {1: -2}, "jobs[0].gpus.1: must be >= 0"),
         (["jobs", 0, "gpus"], {"two": 1}, "jobs[0].gpus.two: GPU count must be an integer"),
+        (["jobs", 0, "gpus"], {10**30: 1},
+         f"jobs[0].gpus.{10**30}: GPU count must be an integer from 0 to 1,000,000"),
+        (["jobs", 0, "duration", "sigma"], 5000, "jobs[0].duration.sigma: must be <= 10"),
+        (["jobs", 0, "duration", "min"], 0.0001,
+         "jobs[0].duration: need 0.001 <= min <= max, got min 0.0001"),
+        (["jobs", 1, "name"], 5, "jobs[1].name: must be a non-empty string, got 5"),
         (["jobs", 0, "duration", "median"], "long", "jobs[0].duration.median: must be a finite number"),
         (["jobs", 0, "placement"], {"nvlink": 2}, "jobs[0].placement.nvlink: a share must be"),
         (["jobs", 0, "placement"], {"anywhere": 0.5}, "jobs[0].placement.anywhere: must be one"),
@@ -85,6 +91,14 @@ def test_bad_scenario_names_the_field(path: list[Any], value: Any, field: str) -
     with pytest.raises(ScenarioError) as info:
         parse_scenario(_broken(path, value))
     assert str(info.value).startswith(field), str(info.value)
+
+
+def test_a_huge_bad_value_is_shown_cut() -> None:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(_broken(["jobs", 1, "name"], ["x" * 10**6]))
+    message = str(info.value)
+    assert message.startswith("jobs[1].name: must be a non-empty string, got ['xxxxxxxx")
+    assert message.endswith("... (1,000,004 in all)") and len(message) < 300
 
 
 def test_cli_bad_scenario_exits_2_with_one_line(

@@ -80,7 +80,7 @@ def test_inter_node_bandwidth_field() -> None:
         ({"jobs": [{"name": "x", "duration": 5, "gpus": 2, "comm": 2}]},
          "jobs[0].comm: must be between 0 and 1, got 2"),
         ({"nodes": [{**TWO_JOBS["nodes"][0], "interNodeBandwidth": 0}]},
-         "nodes[0].interNodeBandwidth: must be > 0 (GB/s), got 0"),
+         "nodes[0].interNodeBandwidth: must be at least 0.001 (GB/s), got 0"),
     ],
 )  # fmt: skip
 def test_bad_job_time_fields(change: dict[str, Any], message: str) -> None:

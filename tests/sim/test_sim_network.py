@@ -65,7 +65,10 @@ def _with_level(**level: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (_with_level(bandwidth=0), "nodes[0].network[0].bandwidth: must be > 0 (GB/s), got 0"),
+        (_with_level(bandwidth=0),
+         "nodes[0].network[0].bandwidth: must be at least 0.001 (GB/s), got 0"),
+        (_with_level(bandwidth=1e-320),  # a transfer time would overflow to inf, then NaN
+         "nodes[0].network[0].bandwidth: must be at least 0.001 (GB/s), got 1e-320"),
         (_with_level(bandwidth="fast"),
          "nodes[0].network[0].bandwidth: must be a finite number, got 'fast'"),
         (_with_level(bandwidth=True),
@@ -76,7 +79,9 @@ def _with_level(**level: Any) -> dict[str, Any]:
          "nodes[0].network[0].bandwidth: must be a finite number, got nan"),
         (_with_level(oversubscription=4), "nodes[0].network[0].oversubscription: unknown field"),
         (two_kinds(BIG, coreBandwidth=-1), "coreBandwidth: must be >= 0, got -1"),
-        (two_kinds(BIG, coreBandwidth=0), "coreBandwidth: must be > 0 (GB/s), got 0"),
+        (two_kinds(BIG, coreBandwidth=0), "coreBandwidth: must be at least 0.001 (GB/s), got 0"),
+        (two_kinds(BIG, coreBandwidth=1e-320),
+         "coreBandwidth: must be at least 0.001 (GB/s), got 1e-320"),
         (two_kinds(BIG, jobTimeReference="best"),
          "jobTimeReference: must be one of cluster, node-type, got 'best'"),
     ],

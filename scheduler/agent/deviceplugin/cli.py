@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from scheduler.agent.discovery import discover, read_sysfs_file
-from scheduler.core.decode import parse_host_port
+from scheduler.core.decode import parse_host_port, shown
 from scheduler.core.topology.schema import GPU_RESOURCE
 
 SOCKET_NAME = "topo-scheduler-gpu.sock"
@@ -33,10 +33,6 @@ class FlagError(ValueError):
     """A flag's value cannot be used; the message names the flag."""
 
 
-def _shown(text: str) -> str:
-    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text):,} characters)"
-
-
 def _subdomain(text: str, limit: int = 253) -> bool:
     return len(text) <= limit and _DNS_SUBDOMAIN.fullmatch(text) is not None
 
@@ -44,20 +40,20 @@ def _subdomain(text: str, limit: int = 253) -> bool:
 def check_resource_name(text: str) -> str:
     """An extended resource name as the kubelet accepts it from a device plugin
     (`DOMAIN/NAME`, the domain not kubernetes.io, e.g. nvidia.com/gpu)."""
-    flag = f"--resource-name {_shown(text)}"
+    flag = f"--resource-name {shown(text)}"
     domain, sep, name = text.partition("/")
     if not sep:
         raise FlagError(f"{flag}: must be DOMAIN/NAME, e.g. {GPU_RESOURCE}")
     # The kubelet checks "requests." + name as a qualified name.
     if not _subdomain(f"requests.{domain}"):
-        raise FlagError(f"{flag}: {_shown(domain)} is not a DNS subdomain (e.g. nvidia.com)")
+        raise FlagError(f"{flag}: {shown(domain)} is not a DNS subdomain (e.g. nvidia.com)")
     if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
         raise FlagError(f"{flag}: the kubernetes.io domain is reserved for native resources")
     if domain.startswith("requests."):
         raise FlagError(f"{flag}: must not start with 'requests.'")
     if len(name) > 63 or _RESOURCE_NAME.fullmatch(name) is None:
         raise FlagError(
-            f"{flag}: {_shown(name)} is not a resource name (up to 63 letters, digits, '-', "
+            f"{flag}: {shown(name)} is not a resource name (up to 63 letters, digits, '-', "
             "'_' or '.', starting and ending with a letter or digit)"
         )
     return text
@@ -82,7 +78,7 @@ def check_flags(args: argparse.Namespace) -> Flags:
     node = args.node_name
     if not _subdomain(node):
         raise FlagError(
-            f"--node-name {_shown(node)}: not a node name (a DNS subdomain: lower-case "
+            f"--node-name {shown(node)}: not a node name (a DNS subdomain: lower-case "
             "letters, digits, '-' and '.')"
         )
     resource = (
@@ -90,7 +86,7 @@ def check_flags(args: argparse.Namespace) -> Flags:
     )
     address = args.metrics_bind_address
     if len(address) > 300:
-        raise FlagError(f"--metrics-bind-address {_shown(address)}: must be HOST:PORT")
+        raise FlagError(f"--metrics-bind-address {shown(address)}: must be HOST:PORT")
     try:
         host, port = parse_host_port(address, "--metrics-bind-address")
     except ValueError as exc:
@@ -106,7 +102,7 @@ def check_flags(args: argparse.Namespace) -> Flags:
         except TopologyError as exc:
             raise FlagError(str(exc)) from None
     directory = args.device_plugin_dir
-    flag = f"--device-plugin-dir {_shown(directory)}"
+    flag = f"--device-plugin-dir {shown(directory)}"
     if not directory:
         raise FlagError(f"{flag}: empty (the kubelet's /var/lib/kubelet/device-plugins)")
     # As NVIDIA's plugin: no directory to watch is an error at start, not an endless wait
@@ -131,7 +127,7 @@ def check_flags(args: argparse.Namespace) -> Flags:
             "socket (/var/lib/kubelet/pod-resources/kubelet.sock)"
         )
     if len(socket.encode()) > _UNIX_PATH_MAX:
-        raise FlagError(f"--pod-resources-socket {_shown(socket)}: too long for a unix socket")
+        raise FlagError(f"--pod-resources-socket {shown(socket)}: too long for a unix socket")
     kubeconfig = args.kubeconfig
     if kubeconfig is not None and not os.path.isfile(kubeconfig):
         what = (
@@ -139,7 +135,7 @@ def check_flags(args: argparse.Namespace) -> Flags:
             if not kubeconfig
             else ("no such file")
         )
-        raise FlagError(f"--kubeconfig {_shown(kubeconfig)}: {what}")
+        raise FlagError(f"--kubeconfig {shown(kubeconfig)}: {what}")
     return Flags(node, resource, host, port, directory, socket, kubeconfig, fake)
 
 

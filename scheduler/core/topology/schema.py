@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from scheduler.core.decode import FieldError, Fields
+from scheduler.core.decode import FieldError, Fields, shown
 from scheduler.core.safeload import InputError, load_json
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -155,7 +155,7 @@ def _int(
     if nullable and value is None:
         return None
     if nullable and (isinstance(value, bool) or not isinstance(value, int)):
-        raise _FIELDS.fail(where, f"must be an integer or null, got {value!r}")
+        raise _FIELDS.fail(where, f"must be an integer or null, got {shown(value)}")
     return _FIELDS.integer(value, where, minimum=minimum, maximum=maximum)
 
 
@@ -352,13 +352,13 @@ def parse_gpu_indices(text: str, *, pod: str = "<unknown>") -> tuple[int, ...]:
     for part in parts:
         digits = part.isascii() and part.isdigit() and len(part.lstrip("0")) <= 2
         if not digits or int(part) >= MAX_GPUS:
-            shown = part if len(part) <= 20 else f"{part[:20]}... ({len(part):,} characters)"
             raise TopologyError(
-                f"{where}: {shown!r} is not a GPU index 0..{MAX_GPUS - 1} (expected e.g. '0,1,2,3')"
+                f"{where}: {shown(part, 22)} is not a GPU index 0..{MAX_GPUS - 1} "
+                "(expected e.g. '0,1,2,3')"
             )
         indices.append(int(part))
     if len(set(indices)) != len(indices):
-        raise TopologyError(f"{where}: GPU index repeated in {text!r}")
+        raise TopologyError(f"{where}: GPU index repeated in {shown(text)}")
     return tuple(sorted(indices))
 
 
@@ -378,7 +378,9 @@ def parse_assignments(text: str, *, node: str = "<unknown>") -> dict[str, tuple[
         if not isinstance(raw, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_GPUS for i in raw
         ):
-            raise TopologyError(f"{where}: {uid}: must be a list of GPU indices, got {raw!r}")
+            raise TopologyError(
+                f"{where}: {shown(uid)}: must be a list of GPU indices, got {shown(raw)}"
+            )
         out[uid] = tuple(sorted(set(raw)))
     return out
 
@@ -398,6 +400,6 @@ def parse_placement(value: str | None, *, pod: str = "<unknown>") -> Placement:
             return placement
     expected = ", ".join(p.value for p in Placement)
     raise TopologyError(
-        f"pod {pod}: annotation {ANNOTATION_PLACEMENT}: unknown value {value!r} "
+        f"pod {pod}: annotation {ANNOTATION_PLACEMENT}: unknown value {shown(value)} "
         f"(expected one of {expected})"
     )
