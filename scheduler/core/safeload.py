@@ -8,7 +8,9 @@ knows it, the line and column. The limits (each stated in its error):
 - `MAX_DEPTH` levels of nested mappings and lists (kube's own objects need about 15);
 - integers of at most `MAX_INT_DIGITS` characters (kube's are int64: 19 digits);
 - `MAX_EXPANDED_NODES` values once YAML aliases are expanded (an alias "bomb" fits in a few
-  hundred bytes but expands to billions of values for whoever walks it).
+  hundred bytes but expands to billions of values for whoever walks it);
+- `MAX_WRITTEN_VALUES` values written out in a YAML file (the parser keeps several hundred
+  bytes per value while it reads: a 64 MiB list of one-digit numbers would take gigabytes).
 
 Numbers are read as kube's YAML decoder reads them (no YAML 1.1 base-60 forms: `1:20` is a
 string). YAML timestamps are read as strings, as kube's YAML decoding (via JSON) reads them: a date
@@ -31,6 +33,7 @@ __all__ = [
     "MAX_EXPANDED_NODES",
     "MAX_INPUT_BYTES",
     "MAX_INT_DIGITS",
+    "MAX_WRITTEN_VALUES",
     "InputError",
     "decode_text",
     "load_json",
@@ -45,6 +48,7 @@ MAX_INPUT_BYTES = 64 * 2**20
 MAX_DEPTH = 100
 MAX_INT_DIGITS = 100
 MAX_EXPANDED_NODES = 10_000_000
+MAX_WRITTEN_VALUES = 4_000_000
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
@@ -113,6 +117,7 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self.depth = 0
         self.aliases = False
+        self.values = 0
 
     def fetch_flow_collection_start(self, TokenClass: Any) -> None:
         # The scanner's work per token grows with the flow depth: stop before it is quadratic.
@@ -125,11 +130,17 @@ class _Loader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self.aliases = True
         self.depth += 1
+        self.values += 1
         try:
             if self.depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise InputError(
                     f"{_where(self.origin, mark)}nested more than {MAX_DEPTH} levels deep"
+                )
+            if self.values > MAX_WRITTEN_VALUES:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise InputError(
+                    f"{_where(self.origin, mark)}more than {MAX_WRITTEN_VALUES:,} values"
                 )
             return super().compose_node(parent, index)
         finally:

@@ -102,3 +102,15 @@ def test_read_input_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr("sys.stdin", Stdin())
     with pytest.raises(InputError, match=r"^-: not UTF-8 text \(byte 0\)$"):
         read_input("-")
+
+
+def test_a_file_of_too_many_values_is_refused_while_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser holds several hundred bytes per value: a file of millions of tiny values
+    is refused at the first value over the limit, not after gigabytes."""
+    from scheduler.core import safeload
+
+    monkeypatch.setattr(safeload, "MAX_WRITTEN_VALUES", 100)
+    assert len(load_yaml("- 1\n" * 99, "f.yaml")) == 99  # 99 items and the list: 100 values
+    with pytest.raises(InputError) as info:
+        load_yaml("- 1\n" * 100, "f.yaml")
+    assert str(info.value) == "f.yaml: line 100, column 3: more than 100 values"
