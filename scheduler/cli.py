@@ -137,7 +137,7 @@ def _add_simulate(sub: argparse._SubParsersAction[_OneLineParser]) -> None:
     p.add_argument(
         "--gang-reservation",
         metavar="SECONDS",
-        type=float,
+        type=_number,
         default=None,
         help="topo+ policies: hold capacity for a pod group that would fit once running pods "
         "end, each reservation for at most SECONDS (0: none; default: the configuration's "

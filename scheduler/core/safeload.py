@@ -7,6 +7,7 @@ knows it, the line and column. The limits (each stated in its error):
 - `MAX_INPUT_BYTES` per file, and the text must be UTF-8;
 - `MAX_DEPTH` levels of nested mappings and lists (kube's own objects need about 15);
 - integers of at most `MAX_INT_DIGITS` characters (kube's are int64: 19 digits);
+- no key written twice in one mapping (kube's strict decoding: ``key "x" already set in map``);
 - `MAX_EXPANDED_NODES` values once YAML aliases are expanded (an alias "bomb" fits in a few
   hundred bytes but expands to billions of values for whoever walks it);
 - `MAX_WRITTEN_VALUES` values written out in a YAML file (the parser keeps several hundred
@@ -51,6 +52,7 @@ MAX_EXPANDED_NODES = 10_000_000
 MAX_WRITTEN_VALUES = 4_000_000
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 class InputError(ValueError):
@@ -145,6 +147,22 @@ class _Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        # go-yaml's strict decoding, as kube reads its configuration: a key written twice is
+        # an error, not the last one silently winning (merge keys still override)
+        seen: set[tuple[str, Any]] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                raise InputError(
+                    f"{_where(self.origin, key_node.start_mark)}key {json.dumps(key_node.value)} "
+                    "already set in map"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
     def construct_bounded_int(self, node: yaml.ScalarNode) -> Any:
         text = str(node.value)

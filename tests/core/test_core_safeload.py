@@ -114,3 +114,15 @@ def test_a_file_of_too_many_values_is_refused_while_read(monkeypatch: pytest.Mon
     with pytest.raises(InputError) as info:
         load_yaml("- 1\n" * 100, "f.yaml")
     assert str(info.value) == "f.yaml: line 100, column 3: more than 100 values"
+
+
+def test_a_key_written_twice_is_an_error_as_in_kubes_strict_decoding() -> None:
+    with pytest.raises(InputError) as info:
+        load_yaml("profiles: []\nkind: x\nprofiles: [a]\n", "config.yaml")
+    assert str(info.value) == 'config.yaml: line 3, column 1: key "profiles" already set in map'
+    with pytest.raises(InputError, match='line 1, column 12: key "x" already set'):
+        load_yaml("a: {x: 1,  x: 2}", "f.yaml")
+    # a merge key's values are overridden by the mapping's own, as YAML means
+    assert load_yaml("b: &b {x: 1}\nm:\n  <<: *b\n  x: 2\n", "f.yaml") == {
+        "b": {"x": 1}, "m": {"x": 2},
+    }  # fmt: skip

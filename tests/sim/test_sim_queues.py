@@ -173,6 +173,9 @@ def test_gang_reservation_holds_nodes_for_a_gang(capsys: pytest.CaptureFixture[s
     assert gang_wait < plain["by_gpus"]["8"]["wait_seconds"]["mean"]
     assert main(["simulate", "--gang-reservation", "-1"]) == 2
     assert "--gang-reservation: must be seconds" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's exit 2: read as every number flag is
+        main(["simulate", "--gang-reservation", "1_0"])
+    assert "must be a finite number, got '1_0'" in capsys.readouterr().err
 
 
 def test_gang_reservation_from_the_configuration_unless_the_flag_says(
