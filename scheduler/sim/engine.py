@@ -154,6 +154,7 @@ class JobRecord:
     job: Job
     state: str = "future"  # future | pending | running | completed
     bound_at: float | None = None
+    run_start: float | None = None  # when its run began (a job's workers: all of them bound)
     node: str | None = None
     gpus: tuple[int, ...] = ()
     attempts: int = 0
@@ -524,23 +525,19 @@ class Simulation:
 
     def _preempt(self, key: str) -> None:
         """A victim is deleted: its run so far is lost back to its last checkpoint, and its
-        job comes back as a new pending pod."""
+        job comes back as a new pending pod. A worker of a multi-node job stops the job: the
+        other workers, still bound, lose their run as well and wait, idle, for it."""
         record = self.records[key]
         if record.state != "running" or record.bound_at is None:
             return
         job = record.job
-        ran = self.now - record.bound_at
-        interval = self.scenario.checkpoint_interval
-        kept = (ran // interval) * interval if interval > 0 else 0.0
-        lost = (ran - kept) * job.gpus
-        record.remaining = (
-            record.remaining if record.remaining is not None else job.duration
-        ) - kept
+        self._stop_run(record)
         record.preemptions += 1
-        record.lost_gpu_seconds += lost
         self.preempted[job.priority] += 1
-        self.lost_gpu_seconds[job.priority] = self.lost_gpu_seconds.get(job.priority, 0.0) + lost
         self._release(key)
+        for other in self.gangs.stopped(self, key):
+            self._completion.pop(other, None)
+            self._stop_run(self.records[other])
         obj = job.pod_object(self.scheduler_name)
         obj["metadata"]["uid"] = f"{obj['metadata']['uid']}-{record.preemptions}"
         self._create_claim(job, obj)
@@ -548,6 +545,22 @@ class Simulation:
         record.state = "pending"
         self._pending_sizes[job.gpus] += 1
         self.cycle.enqueue(PodInfo.from_object(obj))
+
+    def _stop_run(self, record: JobRecord) -> None:
+        """A run ends before its time: what it ran since its last checkpoint is lost."""
+        if record.run_start is None:  # bound, waiting for the job's other workers
+            return
+        job = record.job
+        ran = self.now - record.run_start
+        interval = self.scenario.checkpoint_interval
+        kept = (ran // interval) * interval if interval > 0 else 0.0
+        lost = (ran - kept) * job.gpus
+        record.remaining = (
+            record.remaining if record.remaining is not None else job.duration
+        ) - kept
+        record.run_start = None
+        record.lost_gpu_seconds += lost
+        self.lost_gpu_seconds[job.priority] = self.lost_gpu_seconds.get(job.priority, 0.0) + lost
 
     def _release(self, key: str) -> None:
         """The pod is gone from its node: kubelet, agent and cache forget it."""
@@ -619,6 +632,7 @@ class Simulation:
         run = self._run_time([self.records[k] for k in started])
         for k in started:
             self.records[k].run_seconds = run
+            self.records[k].run_start = self.now
             self._completion[k] = self._push(self.now + run, COMPLETION, k)
 
     def _namespace_gpus(self, namespace: str, delta: int) -> None:

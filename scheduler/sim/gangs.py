@@ -2,7 +2,9 @@
 
 A job of `workers: N` is N pods (an annotation pod group). It makes progress only once all N
 run: its clock (`duration`) starts when the last worker is bound, and every worker finishes
-then. Until that moment the GPUs of the workers already bound are held idle. Under the gang
+then. Until that moment the GPUs of the workers already bound are held idle. A preempted
+worker stops the job: the workers still bound lose their run back to the last checkpoint, as
+the preempted one does, and hold their GPUs idle until it runs again. Under the gang
 policies the group cycle binds all N at one instant; under count-only (kube-scheduler's
 one-pod-at-a-time), workers trickle in and a job can sit partially placed, or forever.
 
@@ -31,7 +33,8 @@ class _Gang:
     gpus: int  # per worker
     bound: dict[str, float] = field(default_factory=dict)  # pod key -> bound at
     nodes: dict[str, str] = field(default_factory=dict)  # pod key -> node
-    started: float | None = None  # all workers running
+    started: float | None = None  # all workers running (the run under way)
+    first_started: float | None = None  # all workers first running (the gang's wait)
 
 
 class GangTracker:
@@ -54,11 +57,30 @@ class GangTracker:
         gang.bound[key] = sim.now
         gang.nodes[key] = node
         self._touched[job.group] = None
-        if gang.started is not None or len(gang.bound) < gang.workers:
-            return [] if gang.started is None else [key]
+        if len(gang.bound) < gang.workers:
+            return []
         gang.started = sim.now
+        if gang.first_started is None:
+            gang.first_started = sim.now
         for at in gang.bound.values():
             self.idle_gpu_seconds += gang.gpus * (sim.now - at)
+        return list(gang.bound)
+
+    def stopped(self, sim: Simulation, key: str) -> list[str]:
+        """A worker was preempted: the job stops until all its workers run again. The other
+        workers still bound, whose run stops too (idle from now)."""
+        group = sim.records[key].job.group
+        if group is None or group not in self.gangs:
+            return []
+        gang = self.gangs[group]
+        gang.bound.pop(key, None)
+        gang.nodes.pop(key, None)
+        if gang.started is None:
+            return []
+        gang.started = None
+        self._touched[group] = None
+        for other in gang.bound:
+            gang.bound[other] = sim.now
         return list(gang.bound)
 
     def round_done(self) -> None:
@@ -77,14 +99,16 @@ class GangTracker:
         for gang in self.gangs.values():
             if gang.started is None:  # still incomplete at the end: idle until then
                 idle += sum(gang.gpus * (end - at) for at in gang.bound.values())
-        waits = sorted(g.started - g.arrival for g in self.gangs.values() if g.started is not None)
+        waits = sorted(
+            g.first_started - g.arrival for g in self.gangs.values() if g.first_started is not None
+        )
         spanning: dict[str, int] = {}
         labels = _node_labels(sim)
         for key in sim.scenario.network_levels:
             spanning[key] = sum(
                 1
                 for g in self.gangs.values()
-                if g.started is not None
+                if g.first_started is not None
                 and len({labels.get(n, {}).get(key) for n in g.nodes.values()}) > 1
             )
         return {

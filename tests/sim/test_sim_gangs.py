@@ -123,3 +123,49 @@ def test_two_gangs_that_cannot_share_the_cluster_never_deadlock() -> None:
     assert starts == [0.0, 600.0]  # one gang, then the other, each whole
     baseline = summarize(Simulation(sc, "count-only").run())["gangs"]
     assert baseline["partially_placed"] == 1  # b's first worker waits on a's GPUs
+
+
+def one_node(jobs: list[dict[str, Any]], topology: str) -> dict[str, Any]:
+    return {
+        "name": "one",
+        "nodes": [{"name": "n", "count": 1, "gpuTopology": topology,
+                   "resources": {"cpu": "80", "memory": "512Gi"}}],
+        "jobs": jobs,
+    }  # fmt: skip
+
+
+def test_a_gang_preempted_whole_runs_again_as_one_job() -> None:
+    """Four 1-GPU workers, all evicted at t=100 for an 8-GPU job of higher priority (bound at
+    101, done at 201): the job runs its 1,000 s again from the start (no checkpoint), every
+    worker ending at the same instant; before, each worker ran as a job of its own, and they
+    ended apart."""
+    jobs = [
+        {"name": "gang", "duration": 1000, "gpus": 1, "workers": 4},
+        {"name": "hi", "arrival": 100, "duration": 100, "gpus": 8, "priority": 100},
+    ]
+    sim = Simulation(parse_scenario(one_node(jobs, "dgx-a100")), "topo+topo-dp", check=True).run()
+    workers = [r for k, r in sim.records.items() if "/gang-" in k]
+    assert {r.bound_at for r in workers} == {201.0}
+    assert len({r.completed_at for r in workers}) == 1
+    (run,) = {r.run_seconds for r in workers}
+    assert run is not None and run >= 1000
+    lost = sum(r.lost_gpu_seconds for k, r in sim.records.items() if "/gang-" in k)
+    assert lost == pytest.approx(4 * 100)
+
+
+def test_a_worker_preempted_alone_leaves_its_gang_waiting() -> None:
+    """kube-scheduler places three 4-GPU workers one by one on one 8-GPU node (two fit), then
+    evicts single workers for a 2-GPU job of higher priority: the gang never runs, nothing of
+    it completes (before, the tracker still counted an evicted worker as bound, started the
+    job without it, and the run ended in a KeyError)."""
+    jobs = [
+        {"name": "gang", "duration": 300, "gpus": 4, "workers": 3, "priority": 10},
+        {"name": "hi", "arrival": 100, "duration": 200, "gpus": 2, "priority": 100},
+    ]
+    sim = Simulation(parse_scenario(one_node(jobs, "dgx-h100")), "kube+nvidia-dp", check=True)
+    sim.run()
+    workers = [r for k, r in sim.records.items() if "/gang-" in k]
+    assert sum(r.preemptions for r in workers) >= 1
+    assert all(r.completed_at is None and r.run_start is None for r in workers)
+    gangs = summarize(sim)["gangs"]
+    assert gangs["started"] == 0 and gangs["partially_placed"] == 1
