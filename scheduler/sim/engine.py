@@ -439,8 +439,10 @@ class Simulation:
             wake = self.queue.next_wakeup()
             if next_event is None:
                 pending = self.queue.pending()
-                if not pending["active"] and not pending["backoff"]:
+                held = self.cycle.groups is not None and self.cycle.groups.reservations.held
+                if not pending["active"] and not pending["backoff"] and not held:
                     break  # nothing can change any more: the rest stays pending
+                # a reservation ends in time: the queue's flush retries the waiting pods
             times = [] if next_event is None else [next_event]
             if wake is not None:
                 # At least a microsecond: the queue's flush (`now - since >= limit`) and its
