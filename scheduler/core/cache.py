@@ -252,11 +252,14 @@ class Cache:
         self.budgets.pop(key, None)
 
     @contextmanager
-    def nominated(self, nominations: Iterable[Nomination]) -> Iterator[None]:
-        """Count nominated pods on their nodes (with their GPU sets) for the duration of a
-        decision, as kube's scheduler does for pods of lower or equal priority; the snapshot
-        is as before afterwards. Pods already cached (assumed, bound) are not added twice."""
+    def nominated(self, nominations: Iterable[Nomination], priority: int) -> Iterator[None]:
+        """For the duration of a decision for a pod of `priority`: the nominated pods of at
+        least that priority counted on their nodes (with their GPU sets), as kube's scheduler
+        counts them, and every nominated pod handed to the quotas, which count them apart
+        (CapacityScheduling: by namespace and quota, whatever their priority). The snapshot is
+        as before afterwards. Pods already cached (assumed, bound) are not added twice."""
         added: list[tuple[int, PodInfo]] = []
+        waiting: list[PodInfo] = []
         quotas = self.snapshot.quotas
         try:
             for nomination in nominations:
@@ -264,12 +267,15 @@ class Cache:
                 pod = nomination.pod
                 if slot is None or not self.snapshot.live[slot] or pod.key in self._pods:
                     continue
+                waiting.append(pod)
+                if pod.priority < priority:
+                    continue
                 # not quota usage: CapacityScheduling counts nominated pods apart
                 self.snapshot.add_pod(slot, pod, quota=False)
                 added.append((slot, pod))
                 if nomination.gpus:
                     self.gpus.set_pod(slot, pod.key, nomination.gpus)
-            quotas.nominated = tuple(pod for _, pod in added)
+            quotas.nominated = tuple(waiting)
             yield
         finally:
             quotas.nominated = ()

@@ -334,7 +334,7 @@ class Scheduler:
         fw = self.profile_of(pod)
         if fw is None:
             return None
-        with self.cache.nominated(self.nominator.counted_for(pod)):
+        with self.cache.nominated(self.nominator.others(pod), pod.priority):
             return self._decide(fw, pod, state if state is not None else CycleState())
 
     def place(
@@ -356,7 +356,7 @@ class Scheduler:
         state = CycleState(within)
         state.write(BINDER_KEY, self.binder)  # PostFilter and Unreserve write through it
         post: PostFilterResult | None = None
-        with self.cache.nominated(self.nominator.counted_for(pod)):
+        with self.cache.nominated(self.nominator.others(pod), pod.priority):
             result = self._prefer_nominated(fw, state, pod, self._decide(fw, pod, state))
             elapsed = self.timer() - start
             self.hooks.decided(pod, result, state)

@@ -55,13 +55,11 @@ class Nominator:
     def on_node(self, node: str) -> list[Nomination]:
         return sorted((n for n in self._by_pod.values() if n.node == node), key=lambda n: n.pod.key)
 
-    def counted_for(self, pod: PodInfo) -> list[Nomination]:
-        """Nominations that hold room against `pod`: other pods of priority >= its own."""
-        return sorted(
-            (
-                n
-                for key, n in self._by_pod.items()
-                if key != pod.key and n.pod.priority >= pod.priority
-            ),
-            key=lambda n: n.pod.key,
-        )
+    def others(self, pod: PodInfo) -> list[Nomination]:
+        """Every nomination but the pod's own: those of priority >= its own hold room against
+        it on their nodes, and all count against quotas (`Cache.nominated`)."""
+        return sorted((n for key, n in self._by_pod.items() if key != pod.key), key=_by_key)
+
+
+def _by_key(nomination: Nomination) -> str:
+    return nomination.pod.key

@@ -133,7 +133,7 @@ class MeteredNominator(Nominator):
         super().__init__()
         self.meter = meter
 
-    def counted_for(self, pod: PodInfo) -> list[Nomination]:
+    def others(self, pod: PodInfo) -> list[Nomination]:
         if self._by_pod:
             self.meter.charge(len(self._by_pod), NOMINATIONS)
-        return super().counted_for(pod)
+        return super().others(pod)
