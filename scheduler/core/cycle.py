@@ -225,7 +225,11 @@ class PodScheduling(Protocol):
     def park(self, pod: PodInfo, message: str, elapsed: float) -> Decision: ...
 
     def preempt_for_group(
-        self, leader: PodInfo, members: Sequence[PodInfo], over_quota: str | None = None
+        self,
+        leader: PodInfo,
+        members: Sequence[PodInfo],
+        over_quota: str | None = None,
+        required_level: str | None = None,
     ) -> str | None: ...
 
     def hold(self, pod: PodInfo, node: str) -> None: ...
@@ -479,20 +483,32 @@ class Scheduler:
         return dataclasses.replace(result, node=nomination.node, slot=slot, allocation=allocation)
 
     def _preemption_context(
-        self, fw: Framework, pending_members: Callable[[PodInfo], Sequence[PodInfo]]
+        self,
+        fw: Framework,
+        pending_members: Callable[[PodInfo], Sequence[PodInfo]],
+        required_level: str | None = None,
     ) -> PreemptionContext:
         """What PostFilter's preemption reads of this scheduler (CycleState, CONTEXT_KEY)."""
         return PreemptionContext(
-            fw, self.nominator, tuple(self.cache.budgets.values()), pending_members
+            fw,
+            self.nominator,
+            tuple(self.cache.budgets.values()),
+            pending_members,
+            required_level,
         )
 
     def preempt_for_group(
-        self, leader: PodInfo, members: Sequence[PodInfo], over_quota: str | None = None
+        self,
+        leader: PodInfo,
+        members: Sequence[PodInfo],
+        over_quota: str | None = None,
+        required_level: str | None = None,
     ) -> str | None:
         """A pod group that does not fit: when its leading member fits nowhere, or the group
         as a whole is over its quota (`over_quota`, the group's PreFilter message), PostFilter
         (DefaultPreemption) runs for it with the other pending members placed together, so
-        victims are evicted only if the whole gang then fits. The FailedScheduling suffix."""
+        victims are evicted only if the whole gang then fits, in one domain of
+        `required_level` when the group requires one. The FailedScheduling suffix."""
         fw = self.profile_of(leader)
         if fw is None or not _post_filtering(fw, leader):
             return None
@@ -506,7 +522,8 @@ class Scheduler:
                 result = dataclasses.replace(
                     result, node=None, slot=None, allocation=None, prefilter_message=over_quota
                 )
-            state.write(CONTEXT_KEY, self._preemption_context(fw, lambda _: members))
+            context = self._preemption_context(fw, lambda _: members, required_level)
+            state.write(CONTEXT_KEY, context)
             post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
         except Exception as exc:  # a plugin bug: no eviction, the group waits
             return f"preemption: {exc or type(exc).__name__}"

@@ -704,7 +704,7 @@ class GroupCycle:
         message = problem or over_quota or self._message(spec, attempt, len(pending), need)
         if problem is None and short is None:  # evict lower-priority pods only for all of it
             leader, others = pending[0].pod, [q.pod for q in pending[1:]]
-            suffix = sched.preempt_for_group(leader, others, over_quota)
+            suffix = sched.preempt_for_group(leader, others, over_quota, spec.required)
             if suffix:
                 message = f"{message} {suffix}"
         reservation = None

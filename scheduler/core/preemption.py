@@ -192,6 +192,8 @@ class PreemptionContext:
     budgets: Sequence[DisruptionBudget] = ()
     # the other pending members of the pod's group (a gang preemptor places them all)
     pending_members: Callable[[PodInfo], Sequence[PodInfo]] = lambda pod: ()
+    # the level (node label key) one domain of which a gang preemptor must stay in
+    required_level: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,14 +553,42 @@ class _Evaluation:
 
     # -- a gang preemptor ----------------------------------------------------------------
 
-    def gang(self, members: Sequence[PodInfo]) -> Plan | str:
+    def gang(self, members: Sequence[PodInfo], required: str | None = None) -> Plan | str:
         """Place every pending member of the preemptor's group in turn on working copies of
         the nodes, each where it fits or else where preemption makes room for it (the
         victims of earlier members gone, the members placed so far counted). The plan holds
-        only if all fit; otherwise nothing is evicted (the reason is returned)."""
+        only if all fit; otherwise nothing is evicted (the reason is returned). A group that
+        requires one domain of a level (`required`, a node label key) is planned in each of
+        its domains in turn, by label value; the first that holds it is the plan."""
         snapshot = self.snapshot
         rank = snapshot.name_rank()
         live = sorted(np.flatnonzero(snapshot.live).tolist(), key=lambda s: rank[s])
+        leader_policy = self.policy
+        try:
+            if required is None:
+                return self._place_gang(members, live, leader_policy)
+            domains: dict[str, list[int]] = {}
+            for slot in live:
+                info = snapshot.nodes[slot]
+                value = info.labels.get(required) if info is not None else None
+                if value is not None:
+                    domains.setdefault(value, []).append(slot)
+            for value in sorted(domains):
+                plan = self._place_gang(members, domains[value], leader_policy)
+                if isinstance(plan, Plan):
+                    return plan
+        finally:
+            self.policy = leader_policy  # members' policies were set in turn
+        return (
+            f"pod group {group_key(self.pod)}: no {required} domain has room for all "
+            f"{len(members)} members, even with preemption."
+        )
+
+    def _place_gang(
+        self, members: Sequence[PodInfo], live: Sequence[int], leader_policy: VictimPolicy | None
+    ) -> Plan | str:
+        """`gang` on the nodes of `live` (slots in name order)."""
+        snapshot = self.snapshot
         work: dict[str, _NodeCopy] = {}
 
         def copy_of(node: str) -> _NodeCopy | None:
@@ -572,7 +602,6 @@ class _Evaluation:
         evicted: dict[str, Victim] = {}
         violations = 0
         placed: list[tuple[PodInfo, str, tuple[int, ...]]] = []
-        leader_policy = self.policy
         for member in members:
             spot = None
             if leader_policy is not None:  # the quota counts the group whole
@@ -682,7 +711,8 @@ def preempt(
     counts: dict[str, int] = {}
     others = [m for m in context.pending_members(pod) if m.key != pod.key]
     if others and group_key(pod) is not None:
-        gang = evaluation.gang([pod, *sorted(others, key=lambda m: m.key)])
+        members = [pod, *sorted(others, key=lambda m: m.key)]
+        gang = evaluation.gang(members, context.required_level)
         if isinstance(gang, Plan):
             return Outcome(gang)
         return Outcome(None, gang)

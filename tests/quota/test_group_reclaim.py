@@ -123,3 +123,27 @@ def test_a_victims_group_frees_its_whole_usage(
         assert doc["preemption"] is None
     else:
         assert sorted(doc["preemption"]["victims"]) == victims
+
+
+def test_a_gang_that_requires_one_rack_reclaims_in_one_rack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dev's gang of two 8-GPU members requires one rack. Rack r1: node a of research's
+    (borrowed) pods and node b of dev's own; rack r2: nodes c and d of research's. Name order
+    alone would plan a and c, across racks; the plan is c and d."""
+    rack = "network.topology.nvidia.com/leaf"
+    objects = [gpu_node(n, labels={rack: r}) for n, r in (("a", "r1"), ("b", "r1"), ("c", "r2"),
+                                                         ("d", "r2"))]  # fmt: skip
+    objects += [
+        running(f"r-{n}", n, 0, gpus=tuple(range(8)), namespace="research") for n in "acd"
+    ]
+    objects.append(running("own", "b", 0, gpus=tuple(range(8)), namespace="dev"))
+    objects += [quota("research", gpus(0), gpus(32)), quota("dev", gpus(32), gpus(32))]
+    required = {"topo-scheduler.io/topology-required": rack}
+    workers = [member(f"worker-{i}") for i in range(2)]
+    for obj in workers:
+        obj["metadata"]["annotations"].update(required)
+    doc = explain_json(tmp_path, [*objects, workers[1]], workers[0], capsys)
+    plan = doc["preemption"]
+    assert plan["members"] == {"dev/worker-0": "c", "dev/worker-1": "d"}
+    assert sorted(plan["victims"]) == ["research/r-c", "research/r-d"]

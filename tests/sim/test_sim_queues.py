@@ -356,3 +356,32 @@ def test_reservations_held_when_nothing_else_happens_still_expire() -> None:
 
     reservations = summarize(sim)["reservations"]
     assert reservations["held_at_end"] == 0 and reservations["expired"] >= 1
+
+
+def test_reclaim_for_a_gang_stays_in_one_domain_of_its_required_level() -> None:
+    """dev's gang of three 4-GPU workers requires one leaf (one 8-GPU node): it fits in none,
+    so it evicts nothing. Before, reclaim planned it across both leaves, evicted research's
+    running gang, and left nominations that kept that gang pending on idle GPUs."""
+    leaf = "network.topology.nvidia.com/leaf"
+    nodes = [{"name": "v", "count": 2, "gpuTopology": "dgx1-v100",
+              "resources": {"cpu": "16", "memory": "512Gi"},
+              "network": [{"key": "network.topology.nvidia.com/spine", "nodesPer": 2},
+                          {"key": leaf, "nodesPer": 1}]}]  # fmt: skip
+    queues = [
+        {"namespace": "research", "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 24}},
+        {"namespace": "dev", "min": {"nvidia.com/gpu": 16}, "max": {"nvidia.com/gpu": 16}},
+    ]
+    jobs = [
+        {"name": "small", "duration": 2000, "gpus": 1, "workers": 4, "cpu": "8",
+         "namespace": "dev"},
+        {"name": "big", "arrival": 100, "duration": 500, "gpus": 4, "workers": 4,
+         "namespace": "research"},
+        {"name": "never", "arrival": 1000, "duration": 500, "gpus": 4, "workers": 3,
+         "namespace": "dev", "topology": {"required": leaf}},
+    ]  # fmt: skip
+    scenario = parse_scenario({"name": "q", "nodes": nodes, "queues": queues, "jobs": jobs})
+    sim = Simulation(scenario, "topo+topo-dp", check=True).run()
+    states = {key: r.state for key, r in sim.records.items()}
+    assert all(states[f"research/big-w{i}"] == "completed" for i in range(4))
+    assert sum(r.preemptions for r in sim.records.values()) == 0
+    assert {states[f"dev/never-w{i}"] for i in range(3)} == {"pending"}
