@@ -91,7 +91,7 @@ class QuotaPolicy:
     # ... and the nominated pods of other namespaces whose quota is not above its min
     all_with_pod_req: Mapping[str, int] = field(default_factory=dict)
     rejected: bool = False
-    nominated: tuple[PodInfo, ...] = ()  # the pods nominated at PreFilter (they hold room)
+    nominated: tuple[PodInfo, ...] = ()  # every pod nominated at PreFilter (counted apart)
     gone: frozenset[str] = frozenset()  # pods already out of `infos` (a gang's earlier victims)
 
     def _more_than_min(self, preemptor: PodInfo) -> bool:
