@@ -228,7 +228,7 @@ class PodScheduling(Protocol):
         self,
         leader: PodInfo,
         members: Sequence[PodInfo],
-        over_quota: str | None = None,
+        group_problem: str | None = None,
         required_level: str | None = None,
     ) -> str | None: ...
 
@@ -501,11 +501,12 @@ class Scheduler:
         self,
         leader: PodInfo,
         members: Sequence[PodInfo],
-        over_quota: str | None = None,
+        group_problem: str | None = None,
         required_level: str | None = None,
     ) -> str | None:
         """A pod group that does not fit: when its leading member fits nowhere, or the group
-        as a whole is over its quota (`over_quota`, the group's PreFilter message), PostFilter
+        as a whole does not (`group_problem`: over its quota, or no domain of its required
+        level has room for it), PostFilter
         (DefaultPreemption) runs for it with the other pending members placed together, so
         victims are evicted only if the whole gang then fits, in one domain of
         `required_level` when the group requires one. The FailedScheduling suffix."""
@@ -517,10 +518,10 @@ class Scheduler:
         try:
             result = self._decide(fw, leader, state)
             if result.node is not None:
-                if over_quota is None:  # it fits alone: eviction is no help to the group
+                if group_problem is None:  # it fits alone: eviction is no help to the group
                     return None
                 result = dataclasses.replace(
-                    result, node=None, slot=None, allocation=None, prefilter_message=over_quota
+                    result, node=None, slot=None, allocation=None, prefilter_message=group_problem
                 )
             context = self._preemption_context(fw, lambda _: members, required_level)
             state.write(CONTEXT_KEY, context)

@@ -688,6 +688,11 @@ class GroupCycle:
                 attempt, note = _Attempt([], []), None
             else:
                 attempt, note, problem = self._place(sched, spec, pending, placed, need, walk)
+        # domains of its required level exist and none has room: eviction may help (a group
+        # with members already bound stays in their domain: left to wait)
+        no_room = None
+        if problem is not None and short is None and spec.required is not None and not placed:
+            no_room = problem if domain_index(sched.cache.snapshot, spec.required).values else None
         elapsed = sched.timer() - start
         share = elapsed / max(1, len(pending))
         decided: set[str] = set()  # members already told why (a Reserve/Permit rejection)
@@ -702,9 +707,9 @@ class GroupCycle:
             problem = f"pod group {spec.key}: {rejected.pod.key}: {rejected.message}"
         self._revert(sched, attempt)
         message = problem or over_quota or self._message(spec, attempt, len(pending), need)
-        if problem is None and short is None:  # evict lower-priority pods only for all of it
+        if short is None and not decided and problem == no_room:  # evict only for all of it
             leader, others = pending[0].pod, [q.pod for q in pending[1:]]
-            suffix = sched.preempt_for_group(leader, others, over_quota, spec.required)
+            suffix = sched.preempt_for_group(leader, others, over_quota or no_room, spec.required)
             if suffix:
                 message = f"{message} {suffix}"
         reservation = None

@@ -305,11 +305,11 @@ class Simulation:
         def metered_preempt_for_group(
             leader: PodInfo,
             members: Sequence[PodInfo],
-            over_quota: str | None = None,
+            group_problem: str | None = None,
             required_level: str | None = None,
         ) -> str | None:
             self.meter.charge(len(members), GROUPS)
-            return preempt_for_group(leader, members, over_quota, required_level)
+            return preempt_for_group(leader, members, group_problem, required_level)
 
         self.cycle.preempt_for_group = metered_preempt_for_group  # type: ignore[method-assign]
         # pod group key -> its pods' keys (so preemption need not scan the whole queue)

@@ -112,9 +112,10 @@ def test_group_no_domain_holds_shows_each_domain_and_every_node(
     code, out, err = run(capsys, *args, "--output", "json")
     assert code == 0, err
     document = json.loads(out)
-    assert document["message"] == (
+    assert document["message"] == (  # no domain has room: preemption is tried, per domain
         f"pod group ml/llama: no {RACK} domain holds 3 pods of the group "
-        f"(topology-required {RACK})"
+        f"(topology-required {RACK}) preemption: pod group ml/llama: no {RACK} domain has "
+        "room for all 3 members, even with preemption."
     )
     assert document["group"]["domains"] == [
         {"key": RACK, "value": "a", "fit": 2, "placed": None},

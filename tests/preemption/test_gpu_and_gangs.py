@@ -255,3 +255,31 @@ def test_gang_preemptor_that_cannot_fit_evicts_nothing(
     # a group of one (no other member), the same pod preempts
     doc = explain_json(tmp_path, objects[:-2], gang_member("worker-0", min_member=1), capsys)
     assert doc["preemption"]["node"] == "a"
+
+
+@pytest.mark.parametrize("a_is_free", [False, True])
+def test_gang_preemptor_with_a_required_level_evicts_in_one_domain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], a_is_free: bool
+) -> None:
+    """Two 8-GPU members that require one rack. Rack r1: node a of sweeps (or free), node b
+    held by a higher-priority pod; rack r2: nodes c and d of sweeps. No rack has room, so the
+    group preempts (before, a group whose required level had no room never did), even when its
+    first member alone fits on a; name order alone would plan across racks: the plan is c and
+    d."""
+    rack = "network.topology.nvidia.com/leaf"
+    objects = [gpu_node(n, labels={rack: r}) for n, r in (("a", "r1"), ("b", "r1"), ("c", "r2"),
+                                                         ("d", "r2"))]  # fmt: skip
+    for n in "cd" if a_is_free else "acd":
+        objects += [running(f"{n}{i}", n, 0, gpus=(2 * i, 2 * i + 1)) for i in range(4)]
+    objects.append(running("b0", "b", 5000, gpus=tuple(range(8))))
+
+    def member(name: str) -> dict[str, Any]:
+        obj = gang_member(name)
+        obj["metadata"]["annotations"]["topo-scheduler.io/topology-required"] = rack
+        return obj
+
+    objects.append(member("worker-1"))
+    doc = explain_json(tmp_path, objects, member("worker-0"), capsys)
+    plan = doc["preemption"]
+    assert plan["members"] == {"default/worker-0": "c", "default/worker-1": "d"}
+    assert sorted(plan["victims"]) == [f"default/{n}{i}" for n in "cd" for i in range(4)]
