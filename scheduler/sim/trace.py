@@ -166,13 +166,16 @@ def load_trace(path: str | Path) -> list[TraceRow]:
         text = read_input(path, source)
     except InputError as exc:
         raise ScenarioError(str(exc)) from None
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)  # a stray quote: an error
     rows: list[TraceRow] = []
     try:
         header = next(reader, None)
         if header is None:
             raise ScenarioError(f"{source}: line 1: empty file (expected the header)")
         header = [h.strip() for h in header]
+        twice = sorted({h for h in header if header.count(h) > 1})
+        if twice:
+            raise ScenarioError(f"{source}: line 1: column(s) named twice: {', '.join(twice)}")
         missing = [c for c in TRACE_COLUMNS if c not in header]
         if missing:
             raise ScenarioError(

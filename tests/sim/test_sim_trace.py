@@ -89,6 +89,10 @@ def test_trace_jobs_start_at_the_window(tmp_path: Path) -> None:
         (HEADER + "a,1,2\n", "t.csv: line 2: expected 7 cells, got 3"),
         ("job,arrival_s,gpus\n", "t.csv: line 1: header lacks column(s) duration_s, workers"),
         ("", "t.csv: line 1: empty file"),
+        (HEADER.replace("status", "gpus") + "a,1,2,3,,,\n",
+         "t.csv: line 1: column(s) named twice: gpus"),
+        (HEADER + 'a,1,2,3,,"V100,\nb,1,2,3,,,\n', "t.csv: line 3: unexpected end of data"),
+        (HEADER + 'a,1,2,3,,"V100"x,\n', "t.csv: line 2: ',' expected after '\"'"),
     ],
 )  # fmt: skip
 def test_bad_rows_exit_2_with_one_line(
