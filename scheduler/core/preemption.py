@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from scheduler.core.disruption import DisruptionBudget, pdb_violations
+from scheduler.core.domains import domain_index
 from scheduler.core.framework import (
     FILTER_PLUGINS_KEY,
     CycleState,
@@ -567,14 +568,10 @@ class _Evaluation:
         try:
             if required is None:
                 return self._place_gang(members, live, leader_policy)
-            domains: dict[str, list[int]] = {}
-            for slot in live:
-                info = snapshot.nodes[slot]
-                value = info.labels.get(required) if info is not None else None
-                if value is not None:
-                    domains.setdefault(value, []).append(slot)
-            for value in sorted(domains):
-                plan = self._place_gang(members, domains[value], leader_policy)
+            index = domain_index(snapshot, required)  # the group cycle's domains
+            for domain, _ in sorted(enumerate(index.values), key=lambda d: d[1]):
+                within = [slot for slot in live if index.of_slot(slot) == domain]
+                plan = self._place_gang(members, within, leader_policy)
                 if isinstance(plan, Plan):
                     return plan
         finally:
