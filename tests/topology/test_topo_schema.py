@@ -86,6 +86,8 @@ def _broken(path: list[Any], value: Any) -> dict[str, Any]:
     [
         (_broken(["version"], 2), "version: unsupported version 2"),
         (_broken(["version"], KeyError), "version"),
+        (_broken(["version"], 1.0), "version: unsupported version 1.0"),
+        (_broken(["version"], True), "version: unsupported version True"),
         (_broken(["gpus"], {}), "gpus: must be a list"),
         (_broken(["gpus", 0, "index"], "1"), "gpus[0].index: must be an integer"),
         (_broken(["gpus", 0, "index"], True), "gpus[0].index"),

@@ -233,7 +233,7 @@ def topology_from_dict(data: Any, *, node: str = "<unknown>") -> Topology:
     if not isinstance(data, Mapping):
         raise TopologyError(f"node {node}: annotation {ANNOTATION_TOPOLOGY}: must be an object")
     version = data.get("version")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != SCHEMA_VERSION:
         raise TopologyError(
             f"{_where(node, 'version')}: unsupported version {version!r} "
             f"(this scheduler reads version {SCHEMA_VERSION})"
