@@ -52,9 +52,9 @@ from scheduler.core.reservation import MAX_TIMEOUT as MAX_RESERVATION
 from scheduler.core.snapshot import BoolArray, IntArray, NodeState, Snapshot
 from scheduler.core.topology.bandwidth import (
     DEFAULT_BANDWIDTH,
-    MAX_GBPS,
     LinkBandwidth,
     bandwidth_matrix,
+    gbps_problem,
     ring_busbw,
 )
 from scheduler.core.topology.schema import (
@@ -170,11 +170,9 @@ def gang_reservation_seconds(value: Any, path: str) -> float:
 
 
 def _gbps(value: Any, path: str) -> float:
-    valid = isinstance(value, int | float) and not isinstance(value, bool)
-    if not valid or not 0 < value <= MAX_GBPS:
-        raise ConfigError(
-            f"{path}: must be a number > 0 (GB/s) and at most {MAX_GBPS:,}, got {value!r}"
-        )
+    problem = gbps_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{path}: {problem}")
     return float(value)
 
 

@@ -29,6 +29,7 @@ from scheduler.core.quantity import (
     to_units,
 )
 from scheduler.core.safeload import InputError, load_yaml, read_input
+from scheduler.core.topology.bandwidth import MAX_GBPS, MIN_GBPS
 from scheduler.core.topology.builtin import BUILTIN_TOPOLOGIES, builtin_topology
 from scheduler.core.topology.schema import (
     ANNOTATION_PLACEMENT,
@@ -116,10 +117,10 @@ DEFAULT_COMM = 0.3
 DEFAULT_INTER_NODE_GBPS = 50.0
 """A node's NIC bandwidth, all its NICs together, GB/s per direction (DGX-1: 4 x 100 Gb/s EDR
 InfiniBand), unless the template says; each GPU of the node gets its share (one rail each)."""
-MAX_NETWORK_GBPS = 1_000.0
+MAX_NETWORK_GBPS = float(MAX_GBPS)
 """Ceiling of a network bandwidth figure (GB/s), as for the GPU link figures."""
-MIN_NETWORK_GBPS = 0.001
-"""Floor of a network bandwidth figure (GB/s, 1 MB/s): transfer times stay finite."""
+MIN_NETWORK_GBPS = MIN_GBPS
+"""Floor of a network bandwidth figure (GB/s, 1 MB/s), as for the GPU link figures."""
 GPU_REQUESTS = ("extended", "dra")
 """How GPU jobs ask for GPUs: the extended resource `nvidia.com/gpu` (a device plugin), or a
 ResourceClaim made from a ResourceClaimTemplate (Dynamic Resource Allocation)."""

@@ -110,11 +110,11 @@ def test_network_bandwidth_args_and_defaults() -> None:
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
-        ({"node": 0}, "args.networkBandwidth.node: must be a number > 0"),
-        ({"node": True}, "args.networkBandwidth.node: must be a number > 0"),
+        ({"node": 0}, "args.networkBandwidth.node: must be a number from 0.001 to 1,000 (GB/s)"),
+        ({"node": True}, "args.networkBandwidth.node: must be a number from 0.001 to 1,000 (GB/s)"),
         ({"levels": {RACK: "fast"}}, f"args.networkBandwidth.levels.{RACK}: must be a number"),
         ({"levels": [RACK]}, "args.networkBandwidth.levels: must be a mapping"),
-        ({"core": -1}, "args.networkBandwidth.core: must be a number > 0"),
+        ({"core": -1}, "args.networkBandwidth.core: must be a number from 0.001 to 1,000 (GB/s)"),
         ({"nic": 50}, "nic"),
     ],
 )

@@ -126,13 +126,15 @@ def test_sixteen_gpu_nodes_sets_up_to_eight(topology: Topology) -> None:
 
 
 def test_link_bandwidth_args() -> None:
+    RANGE = "must be a number from 0.001 to 1,000 (GB/s)"
     table = LinkBandwidth.from_args({"nvlink": 50, "sys": 4.5})
     assert table.nvlink == 50.0 and table.sys == 4.5 and table.pix == 22.0
     dgx1 = builtin_topology("dgx1-v100")
     assert bandwidth_matrix(dgx1, table)[0][3] == 100.0
     for raw, message in [
-        ({"nvlink": 0}, "linkBandwidth.nvlink: must be a number > 0 (GB/s)"),
-        ({"pix": "fast"}, "linkBandwidth.pix: must be a number > 0 (GB/s)"),
+        ({"nvlink": 0}, f"linkBandwidth.nvlink: {RANGE}, got 0"),
+        ({"sys": 1e-320}, f"linkBandwidth.sys: {RANGE}, got 1e-320"),
+        ({"pix": "fast"}, f"linkBandwidth.pix: {RANGE}, got 'fast'"),
         ({"pcie": 1}, "linkBandwidth.pcie: unknown field"),
         ([1], "linkBandwidth: must be a mapping"),
     ]:
@@ -166,5 +168,5 @@ def test_plugin_link_bandwidth_args() -> None:
 
     args = parse_args({"linkBandwidth": {"nvlink": 50}}, "args")
     assert args.link_bandwidth.nvlink == 50.0
-    with pytest.raises(ConfigError, match=r"^args.linkBandwidth.sys: must be a number > 0"):
+    with pytest.raises(ConfigError, match=r"^args.linkBandwidth.sys: must be a number from 0.001"):
         parse_args({"linkBandwidth": {"sys": -1}}, "args")

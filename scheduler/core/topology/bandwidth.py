@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.core.decode import shown
 from scheduler.core.topology.schema import GpuInfo, GpuLink, Topology, TopologyError
 
 __all__ = [
@@ -49,6 +50,16 @@ MAX_GBPS = 1_000
 """Each link-bandwidth argument's ceiling (GB/s per link or level; NVLink 5 carries 50): with
 MAX_NVLINKS links a pair stays below 64,000 GB/s, which keeps GPUTopology's node key inside
 int64 (see scoring.MAX_PAIR_SCORE)."""
+MIN_GBPS = 0.001
+"""Each bandwidth figure's floor (GB/s, 1 MB/s): times and scores made from it stay finite."""
+
+
+def gbps_problem(value: Any) -> str | None:
+    """Why `value` is no bandwidth figure (GB/s), or None when it is one."""
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if valid and MIN_GBPS <= value <= MAX_GBPS:
+        return None
+    return f"must be a number from {MIN_GBPS:g} to {MAX_GBPS:,} (GB/s), got {shown(value)}"
 
 
 @dataclass(frozen=True)
@@ -105,12 +116,9 @@ class LinkBandwidth:
             if key not in ("nvlink", *_LEVELS):
                 known = ", ".join(("nvlink", *_LEVELS))
                 raise TopologyError(f"{path}.{key}: unknown field (known: {known})")
-            valid = isinstance(value, int | float) and not isinstance(value, bool)
-            if not valid or not 0 < value <= MAX_GBPS:
-                raise TopologyError(
-                    f"{path}.{key}: must be a number > 0 (GB/s) and at most {MAX_GBPS:,}, "
-                    f"got {value!r}"
-                )
+            problem = gbps_problem(value)
+            if problem is not None:
+                raise TopologyError(f"{path}.{key}: {problem}")
             values[key] = float(value)
         return cls(**values)
 
