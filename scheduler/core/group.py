@@ -693,6 +693,7 @@ class GroupCycle:
         no_room = None
         if problem is not None and short is None and spec.required is not None and not placed:
             no_room = problem if domain_index(sched.cache.snapshot, spec.required).values else None
+        evictable = short is None and (problem is None or no_room is not None)
         elapsed = sched.timer() - start
         share = elapsed / max(1, len(pending))
         decided: set[str] = set()  # members already told why (a Reserve/Permit rejection)
@@ -707,7 +708,7 @@ class GroupCycle:
             problem = f"pod group {spec.key}: {rejected.pod.key}: {rejected.message}"
         self._revert(sched, attempt)
         message = problem or over_quota or self._message(spec, attempt, len(pending), need)
-        if short is None and not decided and problem == no_room:  # evict only for all of it
+        if evictable and not decided:  # evict only for all of it
             leader, others = pending[0].pod, [q.pod for q in pending[1:]]
             suffix = sched.preempt_for_group(leader, others, over_quota or no_room, spec.required)
             if suffix:
