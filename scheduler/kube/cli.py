@@ -137,9 +137,13 @@ def _positive(flag: str, value: float) -> None:
 
 def validate_settings(settings: Settings) -> None:
     """Check the flags and the files they name; UsageError names the first bad one."""
-    _positive("--kube-api-qps", settings.client.qps)
-    if settings.client.burst < 1:
-        raise UsageError(f"--kube-api-burst: must be at least 1, got {settings.client.burst}")
+    clients = [("--kube-api", settings.client)]
+    if settings.event_client is not None:
+        clients.append(("--events", settings.event_client))
+    for prefix, client in clients:
+        _positive(f"{prefix}-qps", client.qps)
+        if client.burst < 1:
+            raise UsageError(f"{prefix}-burst: must be at least 1, got {client.burst}")
     _positive("--startup-timeout", settings.startup_timeout)
     if settings.config_map:
         ns, _, name = settings.config_map.partition("/")

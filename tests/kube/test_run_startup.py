@@ -86,6 +86,12 @@ def test_unusable_flags_and_files_exit_2_with_one_line(tmp_path: Path, emulator:
         "qps-0": (base + ["--bind-address", free, "--kube-api-qps", "0"], "--kube-api-qps"),
         "qps-nan": (base + ["--bind-address", free, "--kube-api-qps", "nan"], "--kube-api-qps"),
         "burst-0": (base + ["--bind-address", free, "--kube-api-burst", "0"], "--kube-api-burst"),
+        "events-qps-0": (base + ["--bind-address", free, "--events-qps", "0"], "--events-qps"),
+        "events-qps-inf": (base + ["--bind-address", free, "--events-qps", "inf"], "--events-qps"),
+        "events-burst-0": (
+            base + ["--bind-address", free, "--events-burst", "0"],
+            "--events-burst: must be at least 1, got 0",
+        ),
         "timeout-0": (
             base + ["--startup-timeout", "0", "--bind-address", free],
             "--startup-timeout",
