@@ -209,6 +209,9 @@ def test_kube_cel_environment(expression: str, expected: bool) -> None:
     assert CelCache().get(expression).matches(GPU, DRIVER) is expected
 
 
+_HUNDRED = str(list(range(100)))
+
+
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
@@ -216,6 +219,11 @@ def test_kube_cel_environment(expression: str, expected: bool) -> None:
         ('device.attributes["other.example.com"].x', "Key not found"),
         ('device.attributes["gpu.nvidia.com"].index', "could not be converted to bool"),
         ('quantity("1500m").asInteger() == 1', "cannot convert value to integer"),
+        # over the runtime's iteration budget: one device's error, not an exception
+        (
+            f"{_HUNDRED}.all(a, {_HUNDRED}.all(b, a + b >= 0))",
+            "Iteration budget exceeded",
+        ),
     ],
 )
 def test_cel_failures_are_errors_not_crashes(expression: str, message: str) -> None:

@@ -21,7 +21,11 @@ The environment is kube's (`dynamic-resource-allocation/cel/compile.go`):
 - `cel.bind` is the runtime's own macro.
 
 Differences from kube's environment: `device` is declared dynamic, so a misspelt field of
-`device` fails when evaluated rather than when compiled; there is no cost limit. An
+`device` fails when evaluated rather than when compiled; there is no cost limit, only the
+runtime's budget of comprehension iterations (lower than kube's cost limit of 1,000,000: a
+selector over it fails as a CEL runtime error); kube's API server refuses a selector whose
+estimated cost is over its limit when the object is created, so only a selector from a file
+(a snapshot or a scenario) can ask for more memory than the check would allow. An
 expression that fails to compile is an error for every device; one that fails on a device
 (or is not a bool) is kube's "CEL runtime error" for that device, never an exception here.
 """
@@ -323,7 +327,10 @@ class CompiledSelector:
                 attributes.setdefault(domain, {})
                 capacity.setdefault(domain, {})
             data["attributes"], data["capacity"] = attributes, capacity
-        result = self.program.eval(data={"device": data})
+        try:
+            result = self.program.eval(data={"device": data})
+        except (RuntimeError, MemoryError) as exc:  # the runtime's limits, e.g. iterations
+            raise CelError(str(exc) or type(exc).__name__) from None
         kind = result.type()
         if kind == cel.Type.BOOL:
             return bool(result.value())
