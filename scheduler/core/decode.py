@@ -32,6 +32,10 @@ def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:
     return f"{text[:limit]}... ({size})"
 
 
+MAX_PATH_CHARACTERS = 300
+"""A field path in an error is cut after this many characters, as `shown` cuts values."""
+
+
 class FieldError(ValueError):
     """An invalid input value; the message names the object and the field."""
 
@@ -52,6 +56,8 @@ class Fields:
     unknown_lists_known: bool = False
 
     def fail(self, path: str, message: str) -> FieldError:
+        if len(path) > MAX_PATH_CHARACTERS:  # a path through a huge map key
+            path = f"{path[:MAX_PATH_CHARACTERS]}... ({len(path):,} characters)"
         return self.error(f"{self.prefix}{path}: {message}" if path else f"{self.prefix}{message}")
 
     def within(self, prefix: str) -> Fields:

@@ -265,3 +265,26 @@ def test_huge_annotation_values_are_shown_cut() -> None:
     with pytest.raises(TopologyError) as info:  # a key with a line break stays on one line
         parse_assignments(json.dumps({"uid\n" + "u" * 10_000: [0, "x"] * 10_000}), node="n1")
     assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_huge_keys_and_link_levels_are_shown_cut() -> None:
+    from scheduler.core.dra import ResourceSlice
+    from scheduler.core.model import ModelError
+    from scheduler.core.topology.builtin import builtin_topology
+    from scheduler.core.topology.schema import (
+        TopologyError,
+        parse_topology,
+        topology_to_dict,
+    )
+    from tests.dra import objects
+
+    raw = objects.gpu_slice("n1", gpus=1)
+    raw["spec"]["devices"][0]["attributes"] = {"k" * 300_000: {"int": "x"}}
+    with pytest.raises(ModelError) as info:
+        ResourceSlice.from_object(raw)
+    assert "... (300,0" in str(info.value) and len(str(info.value)) < 600
+    data = topology_to_dict(builtin_topology("dgx1-v100"))
+    data["links"][0]["pcie"] = "X" * 1_000_000
+    with pytest.raises(TopologyError) as info:
+        parse_topology(data, node="n1")
+    assert "... (1,000,000 characters)" in str(info.value) and len(str(info.value)) < 400

@@ -213,7 +213,7 @@ def _parse_link(raw: Any, i: int, n: int, node: str) -> GpuLink:
     if pcie is not None and pcie not in PCIE_LEVELS:
         raise TopologyError(
             f"{_where(node, f'{path}.pcie')}: must be one of {', '.join(PCIE_LEVELS)} or null, "
-            f"got {pcie!r}"
+            f"got {shown(pcie)}"
         )
     nvlinks = _int(raw.get("nvlinks", 0), _where(node, f"{path}.nvlinks"), maximum=MAX_NVLINKS)
     switched = _int(
