@@ -74,6 +74,10 @@ def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _uid(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("uid")
+
+
 class Reflector:
     """Keeps `handler` in step with the objects under `path` (optionally field-selected)."""
 
@@ -179,8 +183,18 @@ class Reflector:
             old = self.known.get(key)
             if old is not None and _rv(old) == _rv(obj):
                 continue
-            self.known[key] = obj
-            self.handler.on_upsert(obj, old)
+            self._upsert(key, obj)
+
+    def _upsert(self, key: str, obj: Obj) -> None:
+        old = self.known.get(key)
+        if old is not None and _uid(old) != _uid(obj):
+            # deleted and made again under the same name while unwatched (a re-list sees
+            # only the new one): the old one is deleted first, as kube-scheduler does for a pod
+            self.known.pop(key)
+            self.handler.on_delete(old)
+            old = None
+        self.known[key] = obj
+        self.handler.on_upsert(obj, old)
 
     def _apply(self, kind: str, obj: Obj) -> None:
         obj = _trim(obj)
@@ -189,9 +203,7 @@ class Reflector:
             self.known.pop(key, None)
             self.handler.on_delete(obj)
         else:
-            old = self.known.get(key)
-            self.known[key] = obj
-            self.handler.on_upsert(obj, old)
+            self._upsert(key, obj)
 
     async def watch_once(self) -> bool:
         """One watch stream from the current version; False when a re-list is needed."""

@@ -288,7 +288,9 @@ class KubeScheduler(CycleHooks):
         try:
             await self.cycle.bind(assumed)
         finally:
-            self.binding.pop(assumed.pod.key, None)
+            key = assumed.pod.key
+            if self.binding.get(key) is asyncio.current_task():  # not a later pod's, same name
+                del self.binding[key]
             self._wakeup.set()
 
     # -- what the cycle reports (CycleHooks): to the reporter, and back to the queue --------
