@@ -816,9 +816,13 @@ class GroupCycle:
         snapshot = sched.cache.snapshot
         current = book.held.get(gid)
         if current is not None:
-            if all(node in snapshot.index for _, node in current.members.values()):
+            alive = self.members.get(gid, {})
+            if all(
+                node in snapshot.index and key in alive
+                for key, (_, node) in current.members.items()
+            ):
                 return self._refresh(sched, spec, current)
-            self._unhold(sched, gid, now, "released")  # a node it held is gone
+            self._unhold(sched, gid, now, "released")  # a node it held or a member is gone
         live = snapshot.live
         for resource, amount in spec.min_resources.items():
             row = snapshot.row.get(resource)

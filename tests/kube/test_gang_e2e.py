@@ -268,3 +268,48 @@ def test_a_new_leader_adopts_the_reservation_the_former_one_left(emulator: Emula
         assert await second.shutdown() == 0
 
     asyncio.run(scenario())
+
+
+def test_a_member_deleted_while_its_group_holds_nodes_is_not_held_again(
+    emulator: Emulator,
+) -> None:
+    """A member of a group with a reservation is deleted and replaced: the reservation holds
+    the replacement, not the deleted pod, so the group binds once the nodes free (a ghost
+    nomination of the deleted member kept the replacement off them until the reservation
+    expired)."""
+    emulator.put_config_map("kube-system", "topo", {"config.yaml": RESERVING})
+    for i in range(3):
+        emulator.create_node(f"n{i}", gpus=8)
+    for i, gpus in enumerate((4, 4, 8)):
+        emulator.create_pod(f"run{i}", gpus=gpus, node=f"n{i}")
+    for i in range(2):
+        emulator.create_pod(f"w{i}", **annotated(f"w{i}", min_member=2))
+
+    def nominated(names: list[str]) -> dict[str, str | None]:
+        return {k: emulator.pod(k)["status"].get("nominatedNodeName") for k in names}
+
+    async def scenario() -> None:
+        replica = Replica(fast_settings(emulator, config_map="kube-system/topo")).start()
+        try:
+            await wait_for(lambda: all(nominated(keys(2)).values()), what="members nominated")
+            sched = replica.sched
+            assert sched is not None
+            emulator.delete(PODS, "w1", "ml")
+            emulator.create_pod("w2", **annotated("w2", min_member=2))
+
+            def held_members() -> set[str]:
+                book = sched.groups.cycle.reservations
+                return {k for r in book.held.values() for k in r.members}
+
+            await wait_for(lambda: held_members() == {"ml/w0", "ml/w2"}, what="w2 held")
+            emulator.delete(PODS, "run0", "default")
+            emulator.delete(PODS, "run1", "default")
+            await wait_for(
+                lambda: all_bound_once(emulator, ["ml/w0", "ml/w2"]),
+                timeout=10,
+                what="the group bound on the freed nodes",
+            )
+        finally:
+            await replica.shutdown()
+
+    asyncio.run(scenario())
