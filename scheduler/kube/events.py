@@ -40,6 +40,7 @@ log = structlog.get_logger("topo_scheduler.events")
 COMPONENT = "topo-scheduler"
 MAX_QUEUED_EVENTS = 10_000  # Events waiting to be posted; more are dropped and counted
 EVENT_POSTS = 16  # Event posts in flight at once (`Options.event_workers`)
+EXPIRE_ABOVE = 50_000  # dedup and rate-limit entries kept before the expired ones are swept
 
 
 def micro_time(ts: float | None = None) -> str:
@@ -127,6 +128,7 @@ class EventRecorder:
         self.clock = clock
         self._seen: dict[tuple[str, str, str, str, str], float] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
+        self._expire_above = EXPIRE_ABOVE
         self.sent = 0
         self.dropped = 0  # lost to a full queue, or still queued at shutdown
         self.suppressed = 0  # deduplicated or rate limited
@@ -153,7 +155,7 @@ class EventRecorder:
             return False
         bucket.tokens -= 1.0
         self._seen[key] = now
-        if len(self._seen) > 50_000:
+        if max(len(self._seen), len(self._buckets)) > self._expire_above:
             self._expire(now)
         return True
 
@@ -162,6 +164,9 @@ class EventRecorder:
         self._buckets = {
             k: b for k, b in self._buckets.items() if now - b.last < self.refill * self.burst
         }
+        # entries all inside the window stay: the next sweep waits until they double, so a
+        # storm costs each Event a constant share of the sweeps, not one sweep each
+        self._expire_above = max(EXPIRE_ABOVE, 2 * len(self._seen), 2 * len(self._buckets))
 
     def forget(self, namespace: str, name: str) -> None:
         """The object is gone: drop its rate-limit bucket.
