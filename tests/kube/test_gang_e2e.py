@@ -230,10 +230,9 @@ profiles:
 """
 
 
-def test_a_new_leader_adopts_the_reservation_the_former_one_left(emulator: Emulator) -> None:
-    """A replica holds nodes for a group that fits once running pods end (the members'
-    nominatedNodeName); it stops, and the next replica holds the same nodes as its own
-    reservation (counted, expiring) instead of leaving them nominated with no end."""
+def _two_members_waiting_on_busy_nodes(emulator: Emulator) -> None:
+    """Reservations on; three 8-GPU nodes busy (4, 4 and 8 GPUs used) and a group of two
+    8-GPU members that fits once the first two nodes free."""
     emulator.put_config_map("kube-system", "topo", {"config.yaml": RESERVING})
     for i in range(3):
         emulator.create_node(f"n{i}", gpus=8)
@@ -241,6 +240,13 @@ def test_a_new_leader_adopts_the_reservation_the_former_one_left(emulator: Emula
         emulator.create_pod(f"run{i}", gpus=gpus, node=f"n{i}")
     for i in range(2):
         emulator.create_pod(f"w{i}", **annotated(f"w{i}", min_member=2))
+
+
+def test_a_new_leader_adopts_the_reservation_the_former_one_left(emulator: Emulator) -> None:
+    """A replica holds nodes for a group that fits once running pods end (the members'
+    nominatedNodeName); it stops, and the next replica holds the same nodes as its own
+    reservation (counted, expiring) instead of leaving them nominated with no end."""
+    _two_members_waiting_on_busy_nodes(emulator)
 
     def nominated() -> dict[str, str | None]:
         return {k: emulator.pod(k)["status"].get("nominatedNodeName") for k in keys(2)}
@@ -277,13 +283,7 @@ def test_a_member_deleted_while_its_group_holds_nodes_is_not_held_again(
     the replacement, not the deleted pod, so the group binds once the nodes free (a ghost
     nomination of the deleted member kept the replacement off them until the reservation
     expired)."""
-    emulator.put_config_map("kube-system", "topo", {"config.yaml": RESERVING})
-    for i in range(3):
-        emulator.create_node(f"n{i}", gpus=8)
-    for i, gpus in enumerate((4, 4, 8)):
-        emulator.create_pod(f"run{i}", gpus=gpus, node=f"n{i}")
-    for i in range(2):
-        emulator.create_pod(f"w{i}", **annotated(f"w{i}", min_member=2))
+    _two_members_waiting_on_busy_nodes(emulator)
 
     def nominated(names: list[str]) -> dict[str, str | None]:
         return {k: emulator.pod(k)["status"].get("nominatedNodeName") for k in names}
