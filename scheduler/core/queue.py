@@ -40,7 +40,9 @@ class ClusterEvent(enum.Enum):
     NODE_ADD = "NodeAdd"
     NODE_UPDATE = "NodeUpdate"
     NODE_TOPOLOGY = "NodeTopologyChange"
+    NODE_DELETE = "NodeDelete"
     POD_ADD = "AssignedPodAdd"
+    POD_UPDATE = "AssignedPodUpdate"  # a bound pod's labels changed
     POD_DELETE = "AssignedPodDelete"
     NAMESPACE_UPDATE = "NamespaceUpdate"
     CONFIG_CHANGE = "ConfigChange"

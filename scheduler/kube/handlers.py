@@ -264,6 +264,13 @@ class ClusterHandlers:
                 and self.queue.move_if(ClusterEvent.POD_ADD, waits_on_other_pods)
             ):
                 self.host.wake()
+            relabelled = not newly_bound and _labels(old) != _labels(obj)
+            if (
+                relabelled
+                and not pod.terminal
+                and self.queue.move_if(ClusterEvent.POD_UPDATE, waits_on_pod_labels)
+            ):
+                self.host.wake()
             if pod.terminal and not was_terminal:
                 self.host.retry_unschedulable(ClusterEvent.POD_DELETE)
             return
@@ -346,6 +353,9 @@ class ClusterHandlers:
         name = str((obj.get("metadata") or {}).get("name"))
         self.cache.remove_node(name)
         log.info("node removed", node=name)
+        # a domain with no node left no longer holds a spread's global minimum down
+        if self.queue.move_if(ClusterEvent.NODE_DELETE, spreads_hard):
+            self.host.wake()
 
     def node_live(self, name: str) -> bool:
         slot = self.cache.snapshot.index.get(name)
@@ -425,13 +435,27 @@ def _same_group_annotations(new: Obj, old: Obj) -> bool:
     return all(new.get(key) == old.get(key) for key in GROUP_ANNOTATIONS)
 
 
+def spreads_hard(pod: PodInfo) -> bool:
+    """Whether the pod has a DoNotSchedule spread constraint."""
+    return any(c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints)
+
+
 def waits_on_other_pods(pod: PodInfo) -> bool:
     """Whether a newly placed pod can make this unschedulable pod schedulable: it has
     required pod affinity, or a DoNotSchedule spread constraint (a new pod can raise the
     global minimum)."""
-    return bool(pod.pod_affinity.required) or any(
-        c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
-    )
+    return bool(pod.pod_affinity.required) or spreads_hard(pod)
+
+
+def waits_on_pod_labels(pod: PodInfo) -> bool:
+    """Whether a bound pod's new labels can make this unschedulable pod schedulable (kube's
+    InterPodAffinity and PodTopologySpread register for UpdatePodLabel): required affinity
+    or anti-affinity, or a DoNotSchedule spread constraint."""
+    return waits_on_other_pods(pod) or bool(pod.pod_affinity.required_anti)
+
+
+def _labels(obj: Obj | None) -> Any:
+    return ((obj or {}).get("metadata") or {}).get("labels") or {}
 
 
 def _guarded(kind: str, fn: Callable[..., None], *args: Any) -> None:
