@@ -205,12 +205,16 @@ def _plugin_set(raw: Any, path: str) -> PluginSet:
     return PluginSet(tuple(enabled), tuple(disabled))
 
 
-def _profile(raw: Any, index: int) -> Profile:
+def _profile(raw: Any, index: int, only: bool) -> Profile:
+    """One profile; the scheduler's name is filled in only for the only profile, as kube's
+    defaulting does (several profiles must each name theirs)."""
     path = f"profiles[{index}]"
     data = strict_mapping(
         raw, path, {"schedulerName", "plugins", "pluginConfig", "percentageOfNodesToScore"}
     )
     _percentage(data.get("percentageOfNodesToScore"), f"{path}.percentageOfNodesToScore")
+    if "schedulerName" not in data and not only:
+        raise ConfigError(f"{path}.schedulerName: Required value")
     name = data.get("schedulerName", DEFAULT_SCHEDULER_NAME)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{path}.schedulerName: must be a non-empty string")
@@ -230,7 +234,7 @@ def _profile(raw: Any, index: int) -> Profile:
         if not isinstance(plugin, str) or not plugin:
             raise ConfigError(f"{item_path}.name: must be a non-empty string")
         if plugin in args:
-            raise ConfigError(f"{item_path}.name: pluginConfig for {plugin!r} given twice")
+            raise ConfigError(f'{item_path}: Duplicate value: "{plugin}"')
         plugin_args = FIELDS.mapping(entry.get("args"), f"{item_path}.args")
         args[plugin] = {k: v for k, v in plugin_args.items() if k not in ("apiVersion", "kind")}
         args_path[plugin] = f"{item_path}.args"
@@ -283,7 +287,8 @@ def load_config(source: str | Mapping[str, Any], origin: str = "config") -> Sche
     if "parallelism" in data:
         _positive_int(data["parallelism"], "parallelism")
     raw_profiles = FIELDS.list(data.get("profiles"), "profiles")
-    profiles = tuple(_profile(p, i) for i, p in enumerate(raw_profiles)) or (
+    only = len(raw_profiles) == 1
+    profiles = tuple(_profile(p, i, only) for i, p in enumerate(raw_profiles)) or (
         Profile(DEFAULT_SCHEDULER_NAME),
     )
     names = [p.scheduler_name for p in profiles]

@@ -401,7 +401,12 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any] | str, str]] = [
     (
         "duplicate pluginConfig",
         {"profiles": [{"pluginConfig": [{"name": "ImageLocality"}, {"name": "ImageLocality"}]}]},
-        "profiles[0].pluginConfig[1].name: pluginConfig for 'ImageLocality' given twice",
+        'profiles[0].pluginConfig[1]: Duplicate value: "ImageLocality"',
+    ),
+    (
+        "second profile without a name",
+        {"profiles": [{"schedulerName": "gpu"}, {}]},
+        "profiles[1].schedulerName: Required value",
     ),
     (
         "wrong apiVersion",
