@@ -16,8 +16,10 @@ Pods are identified by UID, never by name and creation time:
   prefers for the one whose recorded set is available (then the oldest, as a tie-break and
   nothing more: admission order is the kubelet's, not the pods' creation order);
 - Allocate carries the device IDs: when they equal the recorded part of exactly one pending
-  container, that is the pod; otherwise the pod the preference was for, or the only pending
-  container of that size, is a guess that PodResources confirms or corrects afterwards.
+  container, that is the pod; otherwise the pod the preference was for, or the only listed
+  pending container of that size, is a guess that PodResources confirms or corrects
+  afterwards. A guess the kubelet has not listed by its next call was never admitted (it
+  records devices right after Allocate) and no longer counts for the pod it named.
 
 Only app containers (`spec.containers`) are matched: PodResources does not list regular init
 containers, so a GPU-requesting init container gets our own best set.
@@ -54,7 +56,7 @@ class Source(enum.Enum):
     NO_RECORD = "no-record"  # the pod carries no set: another scheduler's pod
     BAD_RECORD = "bad-record"  # the pod's record is unreadable
     RECORD_UNAVAILABLE = "record-unavailable"  # a recorded GPU is not among the available
-    NO_POD = "no-pod"  # no pending pod of the node asks for this many GPUs
+    NO_POD = "no-pod"  # no pod the kubelet lists as pending asks for this many GPUs
     API_UNREACHABLE = "api-unreachable"  # the pods on the node are not known
     KUBELET_UNREACHABLE = "kubelet-unreachable"  # the kubelet's PodResources did not answer
 
@@ -270,13 +272,14 @@ def preference_order(
 ) -> list[Pending]:
     """The pending containers of `size` the kubelet may be admitting, most likely first.
 
-    Listed pods before unlisted ones (the kubelet lists the pod it admits); then containers
-    whose recorded part is available (preferring for them gives the pod its record, and a
-    wrong guess is caught by Allocate and PodResources), then pods without a record; the
-    pods' age only breaks ties.
+    Only listed pods: the kubelet lists the pod it admits, so a call while no pending pod of
+    that size is listed is for none of them (a pod deleted meanwhile, a GPU init container)
+    and gets our own best set. Among them, containers whose recorded part is available
+    (preferring for them gives the pod its record, and a wrong guess is caught by Allocate and
+    PodResources), then pods without a record; the pods' age only breaks ties.
     """
     fits = [p for p in pending if p.size == size]
-    listed = [p for p in fits if p.listed] or fits
+    listed = [p for p in fits if p.listed]
     free, wanted = set(available), set(must)
 
     def rank(p: Pending) -> tuple[int, tuple[str, str, str, str]]:
@@ -303,7 +306,7 @@ def match_allocation(
     for p in fits:
         if p.key == preferred_for:
             return p, False  # the kubelet allocated others than the ones we preferred
-    listed = [p for p in fits if p.listed] or fits
+    listed = [p for p in fits if p.listed]
     if len(listed) == 1:
         return listed[0], False
     return None, False

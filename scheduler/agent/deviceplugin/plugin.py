@@ -104,6 +104,7 @@ class _Grant:
     guess: Pending | None  # the container the call was attributed to
     expected: tuple[int, ...] | None  # the recorded part the guess should have got
     listed: bool = False  # listed, but the pod holding it could not be told yet
+    stale: bool = False  # a later kubelet call found it unlisted: it was never admitted
 
 
 @dataclass
@@ -172,6 +173,16 @@ class DevicePlugin:
             out.append(KubeletPod(pod.namespace, pod.name, held))
         return out
 
+    def _call_state(self) -> _State:
+        """_state() for a kubelet call: the kubelet records an allocation before its next
+        call, so a grant still unlisted now was never admitted and no longer holds its guess."""
+        state = self._state()
+        if state.kubelet is not None:
+            for grant in self._grants:
+                if not grant.listed:
+                    grant.stale = True
+        return state
+
     def _state(self) -> _State:
         kubelet: list[KubeletPod] | None = None
         unknown: Source | None = None
@@ -194,7 +205,7 @@ class DevicePlugin:
     def _granted_by_uid(self) -> dict[str, tuple[int, frozenset[int]]]:
         out: dict[str, tuple[int, frozenset[int]]] = {}
         for grant in self._grants:
-            if grant.guess is None or grant.listed:
+            if grant.guess is None or grant.listed or grant.stale:
                 continue
             count, indices = out.get(grant.guess.pod.uid, (0, frozenset()))
             out[grant.guess.pod.uid] = (count + 1, indices | set(grant.indices))
@@ -366,7 +377,7 @@ class DevicePlugin:
         self._last = None
         if size <= 0:
             return []
-        state = self._state()
+        state = self._call_state()
         pending = self._pending(state, size)
         order = preference_order(pending or (), size, available_idx, must_idx)
         chosen = order[0] if order else None
@@ -416,7 +427,7 @@ class DevicePlugin:
         indices: tuple[int, ...],
         last: tuple[tuple[str, int], Preference] | None,
     ) -> None:
-        state = self._state()
+        state = self._call_state()
         pending = self._pending(state, len(ids))
         found, exact = match_allocation(pending or (), indices, last[0] if last else None)
         source = state.unknown or Source.NO_POD
@@ -455,7 +466,7 @@ _EXPLAIN = {
     Source.NO_RECORD: "own best set: the pod carries no recorded set (another scheduler's pod)",
     Source.BAD_RECORD: "own best set: the pod's recorded set is unreadable",
     Source.RECORD_UNAVAILABLE: "own best set: GPUs of the recorded set are not available",
-    Source.NO_POD: "own best set: no pending pod on the node asks for this many GPUs",
+    Source.NO_POD: "own best set: no pod the kubelet is admitting asks for this many GPUs",
     Source.API_UNREACHABLE: "own best set: the API server cannot be reached",
     Source.KUBELET_UNREACHABLE: "own best set: the kubelet's PodResources cannot be reached",
 }
