@@ -101,9 +101,9 @@ class Profile:
 
         MultiPoint is the defaults merged with the profile's `multiPoint` set; of those, the
         ones implementing `point` and not disabled there are enabled. Plugins the point
-        itself enables come first when they re-configure a MultiPoint one (taking the
-        point's weight), then the other MultiPoint plugins, then plugins only the point
-        names. ``disabled: [{name: '*'}]`` at a point leaves only what it enables.
+        itself enables come first, in the point's order, when they re-configure a MultiPoint
+        one (taking the point's weight), then the other MultiPoint plugins, then plugins only
+        the point names. ``disabled: [{name: '*'}]`` at a point leaves only what it enables.
         """
         multi = _merge_set([PluginRef(n, w) for n, w in DEFAULT_PLUGINS],
                            self.points.get("multiPoint"))  # fmt: skip
@@ -120,6 +120,8 @@ class Profile:
                 overrides.append(named[ref.name])
             else:
                 others.append(ref)
+        order = {ref.name: i for i, ref in enumerate(own.enabled)}
+        overrides.sort(key=lambda ref: order[ref.name])  # as the point lists them
         taken = {ref.name for ref in overrides}
         return overrides + others + [ref for ref in own.enabled if ref.name not in taken]
 

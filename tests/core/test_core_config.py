@@ -92,6 +92,13 @@ def test_reenabling_a_default_moves_it_first_with_the_new_weight() -> None:
     ]
 
 
+def test_reenabled_defaults_keep_the_order_the_point_gives() -> None:
+    """kube's expandMultiPointPlugins: the re-configured plugins in the point's own order."""
+    got = _filters({"filter": {"enabled": [{"name": "NodeAffinity"}, {"name": "TaintToleration"}]}})
+    assert got[:2] == ["NodeAffinity", "TaintToleration"]
+    assert len(got) == len(set(got)) == len(_filters({}))
+
+
 def test_zero_weight_means_one() -> None:
     got = dict(_scores({"score": {"enabled": [{"name": "TaintToleration", "weight": 0}]}}))
     assert got["TaintToleration"] == 1
