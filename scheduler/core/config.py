@@ -82,6 +82,11 @@ class PluginRef:
     weight: int = 0
 
 
+MAX_WEIGHT = 2**31 - 1
+"""A score weight's ceiling (kube's int32 field): 100 x the weights of every plugin stays far
+inside int64, so the total score cannot overflow."""
+
+
 @dataclass(frozen=True, slots=True)
 class PluginSet:
     enabled: tuple[PluginRef, ...] = ()
@@ -189,8 +194,8 @@ def _plugin_set(raw: Any, path: str) -> PluginSet:
         weight = entry.get("weight", 0)
         if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
             raise ConfigError(f"{item_path}.weight: must be a non-negative integer, got {weight!r}")
-        if weight > 100:
-            raise ConfigError(f"{item_path}.weight: must be between 0 and 100, got {weight}")
+        if weight > MAX_WEIGHT:  # kube's field is an int32; no other bound
+            raise ConfigError(f"{item_path}.weight: must be at most {MAX_WEIGHT:,}, got {weight}")
         enabled.append(PluginRef(name, weight))
     names = [ref.name for ref in enabled]
     for i, name in enumerate(names):

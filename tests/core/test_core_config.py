@@ -99,6 +99,11 @@ def test_reenabled_defaults_keep_the_order_the_point_gives() -> None:
     assert len(got) == len(set(got)) == len(_filters({}))
 
 
+def test_a_weight_over_100_is_kept_as_kube_keeps_it() -> None:
+    got = dict(_scores({"score": {"enabled": [{"name": "ImageLocality", "weight": 2**31 - 1}]}}))
+    assert got["ImageLocality"] == 2**31 - 1
+
+
 def test_zero_weight_means_one() -> None:
     got = dict(_scores({"score": {"enabled": [{"name": "TaintToleration", "weight": 0}]}}))
     assert got["TaintToleration"] == 1
@@ -362,9 +367,9 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any] | str, str]] = [
         "profiles[0].plugins.score: plugin 'Bogus' is not registered",
     ),
     (
-        "score weight over 100",
-        profile_config({"score": {"enabled": [{"name": "ImageLocality", "weight": 101}]}}),
-        "profiles[0].plugins.score.enabled[0].weight: must be between 0 and 100",
+        "score weight over int32",
+        profile_config({"score": {"enabled": [{"name": "ImageLocality", "weight": 2**31}]}}),
+        "profiles[0].plugins.score.enabled[0].weight: must be at most 2,147,483,647",
     ),
     (
         "negative score weight",
