@@ -88,6 +88,10 @@ def _post_filtering(fw: Framework, pod: PodInfo) -> bool:
     return False
 
 
+def _preempts(fw: Framework) -> bool:
+    return any(plugin.name == PLUGIN_NAME for plugin in fw.post_filters)
+
+
 def queue_order(
     frameworks: Mapping[str, Framework],
 ) -> Callable[[int, float], tuple[float, ...]] | None:
@@ -189,6 +193,9 @@ class CycleHooks:
 
     def nominated(self, pod: PodInfo, node: str | None) -> None:
         """The pod's nominated node changed (`status.nominatedNodeName`; None: cleared)."""
+
+    def preemption_attempted(self, pod: PodInfo) -> None:
+        """DefaultPreemption's PostFilter ran for the pod (a group's leader, for a group)."""
 
 
 class PodScheduling(Protocol):
@@ -367,6 +374,8 @@ class Scheduler:
             if result.node is None and post_filter and _post_filtering(fw, pod):
                 state.write(CONTEXT_KEY, self._preemption_context(fw, self.pending_members))
                 post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
+                if _preempts(fw):
+                    self.hooks.preemption_attempted(pod)
         placement = Placement(queued, fw, state, result, start, elapsed, post=post)
         if result.node is not None:
             state.write(ALLOCATION_KEY, result.allocation)
@@ -525,6 +534,8 @@ class Scheduler:
                 )
             context = self._preemption_context(fw, lambda _: members, required_level)
             state.write(CONTEXT_KEY, context)
+            if _preempts(fw):
+                self.hooks.preemption_attempted(leader)
             post = fw.run_post_filter(state, leader, self.cache.snapshot, result)
         except Exception as exc:  # a plugin bug: no eviction, the group waits
             return f"preemption: {exc or type(exc).__name__}"

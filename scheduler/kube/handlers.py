@@ -87,6 +87,7 @@ class ClusterHandlers:
         self.names = names  # our profiles' schedulerNames
         self.clock = clock
         self.foreign: set[str] = set()  # unbound pods of other schedulers
+        self.gated: set[str] = set()  # our pending pods held back by a PreEnqueue plugin
         self.infos: dict[str, PodInfo] = {}  # last parse of every pod, for the fast path
         self.queued_at: dict[str, float] = {}  # pod key -> when first seen pending
         self.pods = host.reflector(
@@ -227,6 +228,7 @@ class ClusterHandlers:
                 self.groups.forget(stale)
             if not (obj.get("spec") or {}).get("nodeName"):  # a bound one keeps counting
                 self.queue.delete(key)
+                self.gated.discard(key)
                 self.cycle.forget_nomination(key)
             if eligible(obj, self.names):
                 self.reports.unreadable_pending(obj, str(exc))
@@ -254,6 +256,7 @@ class ClusterHandlers:
             self.queue.delete(key)
             self.cycle.forget_nomination(key)
             self.foreign.discard(key)
+            self.gated.discard(key)
             if key not in self.in_flight:  # else our binding records the SLI when it returns
                 self.queued_at.pop(key, None)
             # a pod placed in a domain can satisfy a waiting pod's affinity or spread
@@ -283,12 +286,16 @@ class ClusterHandlers:
                 self.queue.update(key, pod.priority, pod, changed)
             elif cached is not None and cached.uid == pod.uid:
                 return  # placed by us; the watch has not shown the binding yet
-            elif self.cycle.enqueue(pod) is None:  # else held back by a PreEnqueue plugin
+            elif self.cycle.enqueue(pod) is None:
+                self.gated.discard(key)
                 self.queued_at.setdefault(key, self.clock())
+            else:  # held back by a PreEnqueue plugin (scheduling gates)
+                self.gated.add(key)
             self.host.wake()
             return
         self.queue.delete(key)
         self.queued_at.pop(key, None)
+        self.gated.discard(key)
         if pod.scheduler_name not in self.names and not pod.terminal and not pod.deletion_timestamp:
             self.foreign.add(key)
         else:
@@ -306,6 +313,7 @@ class ClusterHandlers:
         self.queue.delete(key)
         self.cycle.forget_nomination(key)
         self.foreign.discard(key)
+        self.gated.discard(key)
         self.queued_at.pop(key, None)
         self.reports.forget(str(md.get("namespace")), str(md.get("name")))
         if bound or held:

@@ -34,6 +34,12 @@ _LATENCY_BUCKETS = (
 )
 
 
+SLI_BUCKETS = tuple(0.01 * 2**i for i in range(20))
+"""kube's buckets for the pod scheduling SLI: 0.01 s doubling to 5,242.88 s."""
+ATTEMPTS_BUCKETS = (1, 2, 4, 8, 16)
+"""kube's buckets for the attempts a pod needed: 1 doubling to 16."""
+
+
 class Metrics:
     """All series the scheduler exports."""
 
@@ -71,7 +77,18 @@ class Metrics:
             "scheduler_pod_scheduling_sli_duration_seconds",
             "E2e latency for a pod being scheduled, from the time it entered the queue",
             ["attempts"],
-            buckets=_LATENCY_BUCKETS,
+            buckets=SLI_BUCKETS,
+            registry=r,
+        )
+        self.pod_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod.",
+            buckets=ATTEMPTS_BUCKETS,
+            registry=r,
+        )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
             registry=r,
         )
         self.pending_pods = Gauge(
@@ -81,7 +98,7 @@ class Metrics:
             registry=r,
         )
         self.cache_size = Gauge(
-            "scheduler_cache_size",
+            "scheduler_scheduler_cache_size",
             "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
             ["type"],
             registry=r,

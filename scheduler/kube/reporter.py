@@ -90,7 +90,6 @@ class Reporter:
 
     def assumed(self, pod: PodInfo, result: ScheduleResult, attempts: int, elapsed: float) -> None:
         self.metrics.algorithm_duration.observe(elapsed)
-        self.metrics.schedule_attempts.labels("scheduled", result.profile).inc()
         if result.allocation is not None and result.allocation.score is not None:
             self.metrics.gpu_set_quality.observe(result.allocation.score)
         if log.is_enabled_for(logging.INFO):  # the top scores cost a sort: only when logged
@@ -110,9 +109,14 @@ class Reporter:
         key = pod.key
         self.scheduled += 1
         total = time.perf_counter() - assumed.started
-        self.metrics.attempt_duration.labels("scheduled", assumed.framework.profile).observe(total)
+        profile = assumed.framework.profile
+        # as kube: an attempt counts as scheduled once its binding succeeded
+        self.metrics.schedule_attempts.labels("scheduled", profile).inc()
+        self.metrics.attempt_duration.labels("scheduled", profile).observe(total)
+        attempts = max(assumed.attempts, 1)
+        self.metrics.pod_attempts.observe(attempts)
         if waited is not None:
-            label = str(min(max(assumed.attempts, 1), 15))
+            label = "15+" if attempts >= 15 else str(attempts)  # kube's getAttemptsLabel
             self.metrics.e2e_duration.labels(label).observe(waited)
         self.conditions.pop(key, None)
         note = f"Successfully assigned {key} to {node}"
@@ -127,6 +131,11 @@ class Reporter:
         """The binding did not happen; `ours`: the pod still names one of our profiles."""
         pod = assumed.pod
         self.decisions.pop(pod.key, None)
+        if result.outcome is not BindOutcome.ABORTED:  # kube: a binding cycle error
+            profile = assumed.framework.profile
+            total = time.perf_counter() - assumed.started
+            self.metrics.schedule_attempts.labels("error", profile).inc()
+            self.metrics.attempt_duration.labels("error", profile).observe(total)
         failed = result.outcome in (BindOutcome.ERROR, BindOutcome.CONFLICT)
         if failed and ours:
             # kube: a FailedScheduling Event and PodScheduled=False, reason SchedulerError

@@ -41,7 +41,7 @@ from scheduler.core.cycle import Assumed, CycleHooks, Scheduler
 from scheduler.core.framework import BindOutcome, BindResult, Framework, ScheduleResult
 from scheduler.core.model import PodInfo
 from scheduler.core.preemption import Plan
-from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue
+from scheduler.core.queue import ClusterEvent, QueuedPod, SchedulingQueue, Where
 from scheduler.kube.binder import KubeBinder
 from scheduler.kube.client import KubeClient
 from scheduler.kube.discovery import ServerAPIs
@@ -325,6 +325,9 @@ class KubeScheduler(CycleHooks):
     def nominated(self, pod: PodInfo, node: str | None) -> None:
         self.reporter.nominated(pod, node)
 
+    def preemption_attempted(self, pod: PodInfo) -> None:
+        self.metrics.preemption_attempts.inc()
+
     # -- the binder's question ------------------------------------------------------------
 
     def _still_wanted(self, pod: PodInfo, node: str) -> bool:
@@ -340,8 +343,10 @@ class KubeScheduler(CycleHooks):
     # -- gauges ---------------------------------------------------------------------------
 
     def _update_gauges(self) -> None:
-        for queue, count in self.queue.pending().items():
-            self.metrics.pending_pods.labels(queue).set(count)
+        pending = self.queue.pending()  # kube's queues: in-flight pods are in none of them
+        for queue in (Where.ACTIVE, Where.BACKOFF, Where.UNSCHEDULABLE):
+            self.metrics.pending_pods.labels(queue.value).set(pending[queue.value])
+        self.metrics.pending_pods.labels("gated").set(len(self.handlers.gated))
         self.metrics.cache_size.labels("nodes").set(self.cache.node_count)
         self.metrics.cache_size.labels("pods").set(self.cache.pod_count)
         self.metrics.cache_size.labels("assumed_pods").set(len(self.binding))
