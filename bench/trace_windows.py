@@ -6,9 +6,11 @@ One window can mislead either way, so a policy is judged on every window of the 
         --cluster examples/trace-cluster-queues.yaml --window-hours 24 --jobs 2
 
 prints, per window, each job size's mean completion under topo-scheduler over
-kube-scheduler + NVIDIA's plugin, the overall mean, the gang wait, and whether the window
-meets the rule "every size within --tolerance of kube, overall no longer, 8-GPU jobs no
-slower". Each window is one `topo-scheduler simulate --output json` process.
+kube-scheduler + NVIDIA's plugin (a multi-node job's workers together, sized by all their
+GPUs: `by_job_size`), the overall mean, the gang wait, the pods left unfinished at the end
+(topo / kube: their jobs have no completion), and whether the window meets the rule "every
+job size present within --tolerance of kube, overall no longer, 8-GPU jobs no slower". Each
+window is one `topo-scheduler simulate --output json` process.
 """
 
 from __future__ import annotations
@@ -56,12 +58,20 @@ def simulate(args: argparse.Namespace, start: int, end: int) -> dict[str, Any]:
 
 
 def completion(policy: dict[str, Any], size: str | None = None) -> float | None:
-    block = policy if size is None else policy["by_gpus"].get(size)
+    """Mean completion of the jobs of one size (a multi-node job's workers together), or of
+    every GPU job."""
+    block = policy if size is None else policy["by_job_size"].get(size)
     if block is None:
         return None
-    key = "gpu_job_completion_seconds" if size is None else "completion_seconds"
+    key = "job_completion_seconds" if size is None else "completion_seconds"
     stats = block.get(key) or {}
     return stats.get("mean") if stats.get("jobs") else None
+
+
+def unfinished(policy: dict[str, Any]) -> int:
+    """Pods still pending or running at the end: their jobs have no completion to compare."""
+    pods = policy.get("pods") or {}
+    return int(pods.get("pending", 0)) + int(pods.get("running", 0))
 
 
 def gang_wait(policy: dict[str, Any]) -> float | None:
@@ -77,7 +87,10 @@ def main() -> int:
     parser.add_argument("--window-hours", type=float, default=24.0)
     parser.add_argument("--jobs", type=int, default=2, help="windows replayed at once")
     parser.add_argument("--tolerance", type=float, default=1.10)
-    parser.add_argument("--sizes", default="1,2,4,8")
+    parser.add_argument(
+        "--sizes", default="1,2,4,8,16,32", help="job sizes shown; every size present is judged"
+    )
+    parser.add_argument("--save", type=Path, help="write each window's JSON into this folder")
     parser.add_argument("extra", nargs="*", help="more `simulate` flags, after --")
     args = parser.parse_args()
     step = int(args.window_hours * 3600)
@@ -86,11 +99,15 @@ def main() -> int:
     sizes = args.sizes.split(",")
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda w: simulate(args, *w), windows))
+    if args.save is not None:
+        args.save.mkdir(parents=True, exist_ok=True)
+        for (start, _), result in zip(windows, results, strict=True):
+            (args.save / f"{start}.json").write_text(json.dumps(result))
 
     header = (
         ["window"]
         + [f"{s}-GPU" for s in sizes]
-        + ["all", "topo all s", "kube all s", "gang wait topo/kube s", "ok"]
+        + ["all", "topo all s", "kube all s", "gang wait topo/kube s", "unfinished", "ok"]
     )
     print(" | ".join(header))
     passed = 0
@@ -101,14 +118,18 @@ def main() -> int:
             continue
         topo, kube = result[TOPO], result[KUBE]
         cells, ok = [], True
-        for size in sizes:
+        present = set(topo["by_job_size"]) | set(kube["by_job_size"])
+        for size in sorted(set(sizes) | present, key=int):
             t, k = completion(topo, size), completion(kube, size)
             if t is None or k is None or k == 0:
-                cells.append("-")
+                if size in sizes:
+                    cells.append("-")
                 continue
             ratio = t / k
-            cells.append(f"{ratio:.2f}")
+            if size in sizes:
+                cells.append(f"{ratio:.2f}")
             ok &= ratio <= (1.0 if size == "8" else args.tolerance)
+        left = f"{unfinished(topo)} / {unfinished(kube)}"
         t_all, k_all = completion(topo), completion(kube)
         ratio_all = (t_all or 0.0) / k_all if k_all else float("nan")
         ok &= ratio_all <= 1.0
@@ -124,6 +145,7 @@ def main() -> int:
                     f"{t_all or 0:,.0f}",
                     f"{k_all or 0:,.0f}",
                     gangs,
+                    left,
                     "yes" if ok else "NO",
                 ]
             )

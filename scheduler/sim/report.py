@@ -120,6 +120,35 @@ def _stretch(records: Sequence[JobRecord]) -> float | None:
     return _round(_mean(ratios), 4)
 
 
+def _by_job_size(records: Sequence[JobRecord]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per job size (a multi-node job's workers together, sized by all their GPUs): jobs,
+    wait (until its last worker was bound) and completion (its last worker's, from arrival;
+    only jobs whose every worker completed), and the completion over every GPU job."""
+    jobs: dict[tuple[bool, str], list[JobRecord]] = {}
+    for record in records:
+        group = record.job.group
+        jobs.setdefault((True, group) if group else (False, record.job.name), []).append(record)
+    sized: dict[int, list[tuple[float | None, float | None]]] = {}
+    for workers in jobs.values():
+        waits = [r.wait for r in workers]
+        done = [r.completion_time for r in workers]
+        wait = max(w for w in waits if w is not None) if None not in waits else None
+        completion = max(c for c in done if c is not None) if None not in done else None
+        sized.setdefault(sum(r.job.gpus for r in workers), []).append((wait, completion))
+    out: dict[str, Any] = {}
+    every: list[float] = []
+    for size in sorted(sized):
+        entries = sized[size]
+        completions = [c for _, c in entries if c is not None]
+        every += completions
+        out[str(size)] = {
+            "jobs": len(entries),
+            "wait_seconds": _distribution([w for w, _ in entries if w is not None], with_max=True),
+            "completion_seconds": _distribution(completions),
+        }
+    return out, _distribution(every)
+
+
 def summarize(sim: Simulation) -> dict[str, Any]:
     """One policy's figures (see docs/simulator.md for each field)."""
     records = list(sim.records.values())
@@ -145,6 +174,7 @@ def summarize(sim: Simulation) -> dict[str, Any]:
             else None,
             "allreduce_busbw_gbps_mean": _round(_mean(bw), 2),
         }
+    by_job, job_completion = _by_job_size(gpu_records)
     total = sim.total_gpus or 1
     pending_gpu = [s for s in sim.samples if s.pending_gpu_jobs > 0]
     frag_mean = _time_mean(pending_gpu, end, lambda s: s.stranded_gpus) if pending_gpu else None
@@ -183,6 +213,8 @@ def summarize(sim: Simulation) -> dict[str, Any]:
         "gpu_hours": _gpu_hours(gpu_records),
         "run_time_stretch_mean": _stretch([r for r in gpu_records if r.job.gpus > 1]),
         "by_gpus": by_size,
+        "by_job_size": by_job,
+        "job_completion_seconds": job_completion,
         "multi_gpu_jobs": len(qualities),
         "best_set_share": _share(sum(q.best_possible for q in qualities), len(qualities)),
         "nvlink_share": _share(sum(q.all_nvlink for q in qualities), len(qualities)),

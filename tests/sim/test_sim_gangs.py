@@ -169,3 +169,31 @@ def test_a_worker_preempted_alone_leaves_its_gang_waiting() -> None:
     assert all(r.completed_at is None and r.run_start is None for r in workers)
     gangs = summarize(sim)["gangs"]
     assert gangs["started"] == 0 and gangs["partially_placed"] == 1
+
+
+def test_job_sizes_count_a_multi_node_job_once_by_all_its_gpus() -> None:
+    """`by_gpus` counts pods; `by_job_size` counts jobs: the 2- to 6-worker jobs of 8-GPU
+    workers are jobs of 16 to 48 GPUs, each counted once, its completion its last worker's."""
+    sim = Simulation(parse_scenario(scenario(TRACE)), "topology", check=True).run()
+    summary = summarize(sim)
+    by_job = summary["by_job_size"]
+    jobs: dict[str, list[Any]] = {}
+    for record in sim.records.values():
+        if record.job.gpus:
+            jobs.setdefault(record.job.group or record.job.name, []).append(record)
+    sizes: dict[str, list[float]] = {}
+    for workers in jobs.values():
+        done = max(r.completion_time for r in workers)
+        sizes.setdefault(str(sum(r.job.gpus for r in workers)), []).append(done)
+    assert set(by_job) == set(sizes) and {"16", "24", "32", "48"} <= set(by_job)
+    assert "8" not in by_job  # every 8-GPU pod of the trace is a worker of a larger job
+    assert summary["by_gpus"]["8"]["jobs"] == sum(len(w) for w in jobs.values() if w[0].job.group)
+    for size, done in sizes.items():
+        assert by_job[size]["jobs"] == len(done)
+        assert by_job[size]["completion_seconds"]["mean"] == pytest.approx(
+            sum(done) / len(done), abs=0.01
+        )
+    every = [d for done in sizes.values() for d in done]
+    assert summary["job_completion_seconds"]["mean"] == pytest.approx(
+        sum(every) / len(every), abs=0.01
+    )
