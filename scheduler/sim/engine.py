@@ -882,14 +882,15 @@ class _Observer(CycleHooks):
         for victim in plan.victims:
             if victim.pod.namespace != plan.preemptor.namespace:  # reclaim by another queue
                 record = self.sim.records.get(victim.pod.key)
-                lost_before = record.lost_gpu_seconds if record is not None else 0.0
+                # all the run lost: a worker's eviction stops its job's other workers too
+                lost_before = sum(self.sim.lost_gpu_seconds.values())
                 self.sim._preempt(victim.pod.key)
                 if record is not None:
                     ns = victim.pod.namespace
                     self.sim.reclaimed[ns] += 1
                     self.sim.reclaim_lost_gpu_seconds[ns] = (
                         self.sim.reclaim_lost_gpu_seconds.get(ns, 0.0)
-                        + record.lost_gpu_seconds
+                        + sum(self.sim.lost_gpu_seconds.values())
                         - lost_before
                     )
                 continue

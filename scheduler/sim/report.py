@@ -251,8 +251,9 @@ def summarize(sim: Simulation) -> dict[str, Any]:
 
 
 def _namespaces(sim: Simulation, gpu_records: Sequence[JobRecord]) -> dict[str, Any]:
-    """Per namespace (with queues, or a trace that names namespaces): GPU jobs, their wait and
-    completion by size, GPU-hours used and held above the queue's min, and reclaim."""
+    """Per namespace (with queues, or a trace that names namespaces): its GPU pods, their
+    wait and completion, and by job size (`by_gpus`: a multi-node job once, by all its
+    GPUs); GPU-hours used and held above the queue's min; reclaim."""
     names = sorted({r.job.namespace for r in gpu_records} | set(sim.quota_min))
     if names in ([], ["default"]) and not sim.scenario.queues:
         return {}
@@ -262,16 +263,14 @@ def _namespaces(sim: Simulation, gpu_records: Sequence[JobRecord]) -> dict[str, 
     for name in names:
         mine = [r for r in gpu_records if r.job.namespace == name]
         queue = queues.get(name)
-        by_size = {}
-        for size in sorted({r.job.gpus for r in mine}):
-            group = [r for r in mine if r.job.gpus == size]
-            by_size[str(size)] = {
-                "jobs": len(group),
-                "wait_seconds_mean": _round(_mean([w for r in group if (w := r.wait) is not None])),
-                "completion_seconds_mean": _round(
-                    _mean([c for r in group if (c := r.completion_time) is not None])
-                ),
+        by_size = {
+            size: {
+                "jobs": block["jobs"],
+                "wait_seconds_mean": block["wait_seconds"]["mean"],
+                "completion_seconds_mean": block["completion_seconds"]["mean"],
             }
+            for size, block in _by_job_size(mine)[0].items()
+        }
         out[name] = {
             "queue": None
             if queue is None

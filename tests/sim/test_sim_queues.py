@@ -11,6 +11,7 @@ import yaml
 
 from scheduler.cli import main
 from scheduler.sim.engine import Simulation
+from scheduler.sim.report import summarize
 from scheduler.sim.scenario import ScenarioError, parse_scenario
 from scheduler.sim.trace import load_trace, replay_on
 
@@ -385,3 +386,42 @@ def test_reclaim_for_a_gang_stays_in_one_domain_of_its_required_level() -> None:
     assert all(states[f"research/big-w{i}"] == "completed" for i in range(4))
     assert sum(r.preemptions for r in sim.records.values()) == 0
     assert {states[f"dev/never-w{i}"] for i in range(3)} == {"pending"}
+
+
+def test_reclaiming_one_worker_counts_the_whole_jobs_loss_for_its_namespace() -> None:
+    """A dev job reclaims a research gang of two 8-GPU workers after 100 s: both workers'
+    100 s are lost (16 GPUs x 100 s), in the namespace figure as in the total."""
+    sc = parse_scenario(
+        {
+            "name": "reclaim-gang",
+            "nodes": [
+                {
+                    "name": "n",
+                    "count": 3,
+                    "gpuTopology": "dgx-h100",
+                    "resources": {"cpu": "200", "memory": "2Ti"},
+                    "gpuTaint": False,
+                }
+            ],
+            "queues": [
+                {"namespace": "research", "min": {"nvidia.com/gpu": 0},
+                 "max": {"nvidia.com/gpu": 16}},
+                {"namespace": "dev", "min": {"nvidia.com/gpu": 24},
+                 "max": {"nvidia.com/gpu": 24}},
+            ],  # fmt: skip
+            "jobs": [
+                {"name": "g", "arrival": 0, "duration": 1000, "gpus": 8, "workers": 2,
+                 "comm": 0, "namespace": "research"},
+                {"name": "d0", "arrival": 0, "duration": 2000, "gpus": 8, "comm": 0,
+                 "namespace": "dev"},
+                {"name": "d1", "arrival": 100, "duration": 300, "gpus": 8, "comm": 0,
+                 "namespace": "dev"},
+            ],  # fmt: skip
+        }
+    )
+    summary = summarize(Simulation(sc, "topology", check=True).run())
+    lost = 16 * 100 / 3600
+    assert summary["preemption"]["lost_gpu_hours"] == pytest.approx(lost, abs=0.001)
+    research = summary["namespaces"]["research"]
+    assert research["reclaim"]["lost_gpu_hours"] == pytest.approx(lost, abs=0.001)
+    assert set(research["by_gpus"]) == {"16"}  # one job of 16 GPUs, not two of 8
