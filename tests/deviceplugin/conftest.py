@@ -152,3 +152,20 @@ def settle(running: RunningPlugin, timeout: float = 5.0) -> None:
         assert time.monotonic() < deadline, "allocations not confirmed by PodResources"
         time.sleep(0.02)
     assert running.reporter.wait_idle(max(0.1, deadline - time.monotonic()))
+
+
+@pytest.fixture(params=["pod-manager", "all-bound"])
+def listing(request: pytest.FixtureRequest, node: Node) -> str:
+    """Both PodResources listings: the kubelet's (the pod being admitted) and one that lists
+    every bound pod."""
+    node.kubelet.list_all = request.param == "all-bound"
+    return str(request.param)
+
+
+def start_registered(node: Node) -> RunningPlugin:
+    """A plugin started, its pod watch synced and registered with the kubelet."""
+    registered = len(node.kubelet.registrations)
+    running = node.start_plugin()
+    assert running.watch.synced.wait(5)
+    node.kubelet.wait_registered(registered + 1)
+    return running

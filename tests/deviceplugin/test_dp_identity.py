@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import NODE, Node, RunningPlugin, settle
+from conftest import NODE, Node, RunningPlugin, settle, start_registered
 from prometheus_client import generate_latest
 
 from scheduler.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
@@ -43,18 +43,6 @@ def _metric(running: RunningPlugin, line_start: str) -> float:
     raise AssertionError(f"no sample {line_start!r}")
 
 
-@pytest.fixture(params=["pod-manager", "all-bound"])
-def listing(request: pytest.FixtureRequest, node: Node) -> str:
-    node.kubelet.list_all = request.param == "all-bound"
-    return str(request.param)
-
-
-def _start(node: Node) -> RunningPlugin:
-    registered = len(node.kubelet.registrations)
-    running = node.start_plugin()
-    assert running.watch.synced.wait(5)
-    node.kubelet.wait_registered(registered + 1)
-    return running
 
 
 def _same_second(node: Node, specs: list[tuple[str, int, str]]) -> list[Obj]:
@@ -108,7 +96,7 @@ def _check(node: Node, running: RunningPlugin, pods: list[Obj]) -> int:
 
 
 def test_same_second_pods_admitted_in_reverse_name_order(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     a, b = _same_second(node, [("a", 2, "5,6"), ("b", 2, "1,4")])
     node.kubelet.admit(b)  # the kubelet's order, not (creation time, name)
     node.kubelet.admit(a)
@@ -119,7 +107,7 @@ def test_same_second_pods_admitted_in_reverse_name_order(node: Node, listing: st
 
 
 def test_job_workers_created_together_admitted_in_any_order(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     specs = [(f"worker-{i}", 1, str(g)) for i, g in enumerate((6, 2, 7, 0))]
     pods = _same_second(node, specs)
     for i in (2, 0, 3, 1):
@@ -130,7 +118,7 @@ def test_job_workers_created_together_admitted_in_any_order(node: Node, listing:
 
 
 def test_later_created_pod_admitted_first(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     early = node.pod("early", 2, recorded="0,3")
     created = early["metadata"]["creationTimestamp"]
     while time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) == created:
@@ -145,7 +133,7 @@ def test_later_created_pod_admitted_first(node: Node, listing: str) -> None:
 
 
 def test_three_pods_in_reverse_creation_order(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     pods = [node.pod(f"p{i}", 2, recorded=rec) for i, rec in enumerate(("0,1", "2,3", "4,5"))]
     node.kubelet.admit_pending(order=lambda p: -int(p["metadata"]["name"][1:]))
     assert node.kubelet.admissions == [("ml", "p2"), ("ml", "p1"), ("ml", "p0")]
@@ -157,7 +145,7 @@ def test_three_pods_in_reverse_creation_order(node: Node, listing: str) -> None:
 def test_allocate_matching_no_recorded_set_is_reported_on_the_pod_that_got_it(
     node: Node, listing: str
 ) -> None:
-    running = _start(node)
+    running = start_registered(node)
     index = running.plugin.inventory.by_index
     a = node.pod("a", 2, recorded="0,1")
     b = node.pod("b", 2, recorded="2,3")
@@ -173,7 +161,7 @@ def test_allocate_matching_no_recorded_set_is_reported_on_the_pod_that_got_it(
 
 
 def test_recreated_pod_gets_its_own_set(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     old = node.pod("x", 2, recorded="0,1")
     node.kubelet.admit(old)
     settle(running)
@@ -187,7 +175,7 @@ def test_recreated_pod_gets_its_own_set(node: Node, listing: str) -> None:
 
 
 def test_recreated_pod_while_the_old_one_still_holds_its_gpus(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     old = node.pod("x", 2, recorded="0,1")
     node.kubelet.admit(old)
     settle(running)
@@ -199,7 +187,7 @@ def test_recreated_pod_while_the_old_one_still_holds_its_gpus(node: Node, listin
 
 
 def test_recreated_pod_with_the_watch_still_showing_the_old_one(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     old = node.pod("x", 2, recorded="0,1")
     node.kubelet.admit(old)
     settle(running)
@@ -215,7 +203,7 @@ def test_recreated_pod_with_the_watch_still_showing_the_old_one(node: Node, list
 
 
 def test_pod_with_two_gpu_containers_admitted_after_a_later_pod(node: Node, listing: str) -> None:
-    running = _start(node)
+    running = start_registered(node)
     obj = make_pod("pair", namespace="ml", gpus=2, node=NODE)
     obj["metadata"]["annotations"] = {ANNOTATION_GPUS: "0,3,4,7"}
     second = dict(obj["spec"]["containers"][0], name="second")
@@ -256,7 +244,7 @@ def _prefer(running: RunningPlugin, available: list[str], must: list[str], size:
 def test_preferred_allocation_never_answers_a_device_twice(
     node: Node, recorded: str | None
 ) -> None:
-    running = _start(node)
+    running = start_registered(node)
     if recorded is not None:
         node.pod("a", 2, recorded=recorded)
         time.sleep(0.2)  # the watch sees it

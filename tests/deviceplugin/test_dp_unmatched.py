@@ -8,25 +8,10 @@ import time
 from typing import Any
 
 import grpc
-import pytest
-from conftest import Node, RunningPlugin
+from conftest import Node, RunningPlugin, start_registered
 
 from scheduler.agent.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from tests.emulator import PODS, make_pod
-
-
-@pytest.fixture(params=["pod-manager", "all-bound"])
-def listing(request: pytest.FixtureRequest, node: Node) -> str:
-    node.kubelet.list_all = request.param == "all-bound"
-    return str(request.param)
-
-
-def _start(node: Node) -> RunningPlugin:
-    registered = len(node.kubelet.registrations)
-    running = node.start_plugin()
-    assert running.watch.synced.wait(5)
-    node.kubelet.wait_registered(registered + 1)
-    return running
 
 
 def _indices(running: RunningPlugin, ids: list[str]) -> list[int]:
@@ -56,7 +41,7 @@ def _prefer_and_allocate(running: RunningPlugin, node: Node, size: int, before: 
 def test_a_pod_deleted_between_preference_and_allocate_costs_no_other_pod_its_set(
     node: Node, listing: str
 ) -> None:
-    running = _start(node)
+    running = start_registered(node)
     a = node.pod("a", 2, recorded="0,1")
     b = node.pod("b", 2, recorded="4,5")
     time.sleep(0.3)
@@ -76,7 +61,7 @@ def test_a_pod_deleted_between_preference_and_allocate_costs_no_other_pod_its_se
 
 
 def test_another_schedulers_gpu_init_container_gets_no_pods_recorded_set(node: Node) -> None:
-    running = _start(node)
+    running = start_registered(node)
     b = node.pod("b", 2, recorded="4,5")
     spec = make_pod("c", namespace="ml", node="gpu-1", scheduler="default-scheduler")
     gpus = {"nvidia.com/gpu": "2"}
