@@ -373,9 +373,9 @@ class Scheduler:
             self.hooks.decided(pod, result, state)
             if result.node is None and post_filter and _post_filtering(fw, pod):
                 state.write(CONTEXT_KEY, self._preemption_context(fw, self.pending_members))
-                post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
-                if _preempts(fw):
+                if _preempts(fw):  # counted as it starts, as kube's deferred counter
                     self.hooks.preemption_attempted(pod)
+                post = fw.run_post_filter(state, pod, self.cache.snapshot, result)
         placement = Placement(queued, fw, state, result, start, elapsed, post=post)
         if result.node is not None:
             state.write(ALLOCATION_KEY, result.allocation)

@@ -130,10 +130,10 @@ def _by_job_size(records: Sequence[JobRecord]) -> tuple[dict[str, Any], dict[str
         jobs.setdefault((True, group) if group else (False, record.job.name), []).append(record)
     sized: dict[int, list[tuple[float | None, float | None]]] = {}
     for workers in jobs.values():
-        waits = [r.wait for r in workers]
-        done = [r.completion_time for r in workers]
-        wait = max(w for w in waits if w is not None) if None not in waits else None
-        completion = max(c for c in done if c is not None) if None not in done else None
+        waits = [w for r in workers if (w := r.wait) is not None]
+        done = [c for r in workers if (c := r.completion_time) is not None]
+        wait = max(waits) if len(waits) == len(workers) else None
+        completion = max(done) if len(done) == len(workers) else None
         sized.setdefault(sum(r.job.gpus for r in workers), []).append((wait, completion))
     out: dict[str, Any] = {}
     every: list[float] = []
